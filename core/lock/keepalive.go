@@ -1,0 +1,236 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrTrustExpired is the reason a keepalive gives when no refresh succeeded
+// before the lock's trust ran out.
+var ErrTrustExpired = errors.New("baton/lock: no refresh succeeded before the lock's trust ran out")
+
+// errStopped is the reason of a keepalive ended by its owner.
+var errStopped = fmt.Errorf("%w: released by its holder", ErrNotHeld)
+
+// KeepaliveConfig configures the refresh loop of a TTL-based lock.
+type KeepaliveConfig struct {
+	// TTL is how long one successful refresh extends the lock at the server.
+	TTL time.Duration
+	// SafetyMargin is subtracted from TTL when computing how long the holder
+	// trusts the lock, to absorb timer latency and clock-rate drift between
+	// this process and the server. It must be below TTL minus Interval.
+	SafetyMargin time.Duration
+	// Interval is the pause between refreshes; 0 means TTL/3.
+	Interval time.Duration
+	// Refresh extends the lock by TTL at the server. It returns nil on
+	// success, an error wrapping ErrNotHeld when the server says the lock is
+	// no longer ours (Lost then closes at once), or any other error for a
+	// failure that may pass (the loop retries until trust runs out). The ctx
+	// it gets ends when trust does.
+	Refresh func(ctx context.Context) error
+	// Logger receives refresh failures and the loss. nil discards them.
+	Logger *slog.Logger
+	// Name labels log lines.
+	Name string
+}
+
+func (c *KeepaliveConfig) validate() error {
+	if c.Interval == 0 {
+		c.Interval = c.TTL / 3
+	}
+	switch {
+	case c.TTL <= 0:
+		return errorf("TTL is %v; it must be positive", c.TTL)
+	case c.SafetyMargin < 0:
+		return errorf("SafetyMargin is %v; it must not be negative", c.SafetyMargin)
+	case c.Interval <= 0:
+		return errorf("Interval is %v; it must be positive", c.Interval)
+	case c.Interval+c.SafetyMargin >= c.TTL:
+		return errorf("TTL (%v) must exceed Interval (%v) + SafetyMargin (%v), or trust ends before the next refresh",
+			c.TTL, c.Interval, c.SafetyMargin)
+	case c.Refresh == nil:
+		return errorf("Refresh is nil")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+func errorf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+}
+
+// Keepalive refreshes a TTL lock in the background and decides, on the
+// monotonic clock, until when the holder may trust it:
+//
+//	trusted until = start of the last successful refresh + TTL − SafetyMargin
+//
+// The start of the request counts, not its answer, because the server's TTL
+// began no earlier than the request did. When that moment passes without a
+// newer success (refreshes stall, error or the process was paused), or a
+// refresh is answered "not ours", Lost closes. It never reopens.
+type Keepalive struct {
+	cfg  KeepaliveConfig
+	base time.Time // monotonic origin for validUntil
+
+	validUntil atomic.Int64 // nanoseconds since base
+
+	mu      sync.Mutex
+	lost    chan struct{}
+	lostErr error
+	expiry  *time.Timer
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// StartKeepalive starts refreshing a lock that the server granted for
+// cfg.TTL in a request that started at acquiredAt. The caller owns the
+// returned Keepalive and must call Stop.
+func StartKeepalive(cfg KeepaliveConfig, acquiredAt time.Time) (*Keepalive, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &Keepalive{
+		cfg:  cfg,
+		base: acquiredAt,
+		lost: make(chan struct{}),
+		stop: cancel,
+		done: make(chan struct{}),
+	}
+	trust := cfg.TTL - cfg.SafetyMargin
+	k.validUntil.Store(int64(trust))
+	k.expiry = time.AfterFunc(time.Until(acquiredAt.Add(trust)), k.onExpiry)
+	go k.run(ctx)
+	return k, nil
+}
+
+// Lost is closed once the lock can no longer be trusted.
+func (k *Keepalive) Lost() <-chan struct{} { return k.lost }
+
+// Trusted reports, without blocking, whether the lock is still within its
+// trust window and not lost.
+func (k *Keepalive) Trusted() bool {
+	select {
+	case <-k.lost:
+		return false
+	default:
+	}
+	return int64(time.Since(k.base)) < k.validUntil.Load()
+}
+
+// Err returns why Lost closed, or nil while it is open.
+func (k *Keepalive) Err() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lostErr
+}
+
+// Stop ends refreshing, closes Lost (if it was still open, Err then wraps
+// ErrNotHeld) and waits for the loop to exit. It is safe to call more than once.
+// It returns whether the lock was still trusted when stopped, so a caller can
+// tell a release from a release-after-loss.
+func (k *Keepalive) Stop() (wasTrusted bool) {
+	wasTrusted = k.Trusted()
+	k.markLost(errStopped)
+	k.stop()
+	<-k.done
+	return wasTrusted
+}
+
+func (k *Keepalive) markLost(reason error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.lostErr != nil {
+		return
+	}
+	k.lostErr = reason
+	k.expiry.Stop()
+	close(k.lost)
+	if reason != errStopped {
+		k.cfg.Logger.Warn("lock lost", "lock", k.cfg.Name, "reason", reason)
+	}
+}
+
+// onExpiry runs when the trust window may have ended. A refresh that
+// succeeded meanwhile moves validUntil forward, and then it is not lost.
+func (k *Keepalive) onExpiry() {
+	k.mu.Lock()
+	left := time.Duration(k.validUntil.Load() - int64(time.Since(k.base)))
+	if left > 0 {
+		k.expiry.Reset(left)
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
+	k.markLost(ErrTrustExpired)
+}
+
+func (k *Keepalive) run(ctx context.Context) {
+	defer close(k.done)
+	next := k.cfg.Interval
+	for {
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-k.lost:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+
+		start := time.Since(k.base)
+		deadline := k.base.Add(time.Duration(k.validUntil.Load()))
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		err := k.cfg.Refresh(rctx)
+		cancel()
+
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			k.extend(start + k.cfg.TTL - k.cfg.SafetyMargin)
+			next = k.cfg.Interval - (time.Since(k.base) - start)
+		case errors.Is(err, ErrNotHeld):
+			k.markLost(err)
+			return
+		default:
+			left := time.Duration(k.validUntil.Load()) - time.Since(k.base)
+			k.cfg.Logger.Warn("lock refresh failed", "lock", k.cfg.Name, "err", err, "trust_left", left)
+			if left <= 0 {
+				k.markLost(fmt.Errorf("%w: last refresh error: %w", ErrTrustExpired, err))
+				return
+			}
+			// Retry sooner than a full interval, but not in a tight loop.
+			next = min(k.cfg.Interval, max(left/4, time.Millisecond))
+		}
+		next = max(next, 0)
+	}
+}
+
+// extend moves the trust window forward when the new end is later, unless
+// the window already closed: a success that arrives after trust ran out must
+// not resurrect the lock.
+func (k *Keepalive) extend(until time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.lostErr != nil {
+		return
+	}
+	now := time.Since(k.base)
+	if now >= time.Duration(k.validUntil.Load()) {
+		return // onExpiry will run (or is running) and mark it lost
+	}
+	if int64(until) > k.validUntil.Load() {
+		k.validUntil.Store(int64(until))
+	}
+}

@@ -1,0 +1,147 @@
+// Package lock defines baton's distributed lock: the Provider interface that
+// lock adapters implement, the Lock a caller holds, the sentinel errors, and
+// the keepalive loop shared by every TTL-based provider.
+//
+// # Contract
+//
+// Provider.Acquire blocks until the lock is held, until AcquireOptions.Wait
+// elapses (ErrNotAcquired), or until ctx ends (an error wrapping ctx.Err()).
+// A held Lock reports:
+//
+//   - Name: the name it was acquired under.
+//   - Token: a fencing token, strictly increasing per name across
+//     acquisitions and issued only while the lock is held. Pass it to the
+//     resource the lock protects so that resource can refuse writes from a
+//     holder that has since been replaced. A provider that cannot fence
+//     returns 0.
+//   - Lost: a channel closed as soon as the lock can no longer be trusted:
+//     the hold was taken away, its connection died, its TTL could not be
+//     refreshed in time, or it was released. Work done under the lock must
+//     stop when it closes.
+//   - Release: gives the lock up. It returns ErrNotHeld when the lock had
+//     already been lost or released, and never disturbs a newer holder.
+//
+// # State model
+//
+//	waiting ──acquired──▶ held ──Release──▶ released   (Lost closed)
+//	                        │
+//	                        └──taken away / refresh failed / conn died──▶ lost (Lost closed)
+//
+// A lock never goes back from released or lost to held; acquire again.
+//
+// # Failure semantics
+//
+// Locks fail closed. A TTL lock (see Keepalive) trusts itself only until the
+// start of its last successful refresh plus the TTL minus a safety margin,
+// measured on the monotonic clock, so a stalled refresh, an unreachable
+// server or a paused process all end in Lost closing, never in two holders
+// that both believe they hold. A paused process can still act between the
+// moment its trust ends and the moment it notices; fencing tokens close that
+// gap at the resource.
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxNameLength is the longest lock name, in bytes, that every provider
+// accepts. It matches the role-name limit of role leases so a role name can
+// always double as a lock name.
+const MaxNameLength = 128
+
+// WaitForever makes Acquire wait until the lock is held or ctx ends.
+const WaitForever time.Duration = 1<<63 - 1
+
+var (
+	// ErrNotAcquired is returned by Acquire when the lock was not free within
+	// AcquireOptions.Wait.
+	ErrNotAcquired = errors.New("baton/lock: not acquired")
+
+	// ErrNotHeld is returned by Release when the lock was no longer held: it
+	// was lost (taken away, expired, connection gone) or already released.
+	ErrNotHeld = errors.New("baton/lock: not held")
+
+	// ErrInvalidName is returned (wrapped, with the reason) for a lock name
+	// that no provider may accept.
+	ErrInvalidName = errors.New("baton/lock: invalid lock name")
+
+	// ErrInvalidOptions is returned (wrapped, naming the field) for
+	// AcquireOptions or provider options that cannot be honoured.
+	ErrInvalidOptions = errors.New("baton/lock: invalid options")
+)
+
+// Provider hands out named, mutually exclusive locks.
+//
+// Implementations must be safe for concurrent use. The conformance package
+// (RunLockProvider) is the executable form of this contract.
+type Provider interface {
+	// Acquire blocks until the named lock is held, opts.Wait elapses
+	// (ErrNotAcquired) or ctx ends (an error wrapping ctx.Err()). A name that
+	// fails ValidateName yields an error wrapping ErrInvalidName and touches
+	// nothing.
+	Acquire(ctx context.Context, name string, opts AcquireOptions) (Lock, error)
+}
+
+// Lock is one acquisition of a named lock.
+type Lock interface {
+	// Name is the name the lock was acquired under.
+	Name() string
+	// Token is the fencing token of this acquisition: strictly greater than
+	// every token issued before for the same name, or 0 when the provider
+	// cannot fence.
+	Token() uint64
+	// Lost is closed as soon as the lock can no longer be trusted, including
+	// after Release.
+	Lost() <-chan struct{}
+	// Release gives the lock up. It returns ErrNotHeld if the lock had been
+	// lost or released already; a newer holder is never disturbed.
+	Release(ctx context.Context) error
+}
+
+// AcquireOptions tune one Acquire call. The zero value tries exactly once.
+type AcquireOptions struct {
+	// Wait bounds how long Acquire waits for a held lock to become free.
+	// 0 tries once; WaitForever waits until ctx ends. Negative is invalid.
+	Wait time.Duration
+}
+
+// Validate reports whether the options can be honoured.
+func (o AcquireOptions) Validate() error {
+	if o.Wait < 0 {
+		return fmt.Errorf("%w: Wait is %v; use 0 to try once or WaitForever to block", ErrInvalidOptions, o.Wait)
+	}
+	return nil
+}
+
+// ValidateName reports whether name may be used as a lock name: 1 to
+// MaxNameLength bytes of valid UTF-8 with no NUL byte (PostgreSQL text cannot
+// hold one). Every provider calls it before touching its store.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: the name is empty", ErrInvalidName)
+	case len(name) > MaxNameLength:
+		return fmt.Errorf("%w: the name is %d bytes long, the limit is %d", ErrInvalidName, len(name), MaxNameLength)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: the name %q is not valid UTF-8", ErrInvalidName, name)
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] == 0 {
+			return fmt.Errorf("%w: the name %q contains a NUL byte", ErrInvalidName, name)
+		}
+	}
+	return nil
+}
+
+// CheckAcquire validates a name and options together; providers call it
+// first thing in Acquire.
+func CheckAcquire(name string, opts AcquireOptions) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	return opts.Validate()
+}
