@@ -1,0 +1,286 @@
+// Package pg is a lock.Provider on PostgreSQL session advisory locks, using
+// pgx v5.
+//
+// Each held lock pins one connection from the pool it was given: the
+// advisory lock belongs to that server session and lives exactly as long as
+// the session holds it. A watcher pings the connection every PingInterval; a
+// failed or slow ping (backend terminated, server gone, network cut) closes
+// Lost, so a holder learns of the loss within about one interval. The
+// server releases the lock when it notices the session is gone.
+//
+// # Keys
+//
+// A name maps to the advisory lock key with Key: the 64-bit FNV-1a hash of
+// the name's UTF-8 bytes, read as a two's-complement bigint. Two names that
+// collide exclude each other (safe, merely slower); their fencing tokens stay
+// separate because the counter row is keyed by name.
+//
+// # Fencing
+//
+// Tokens come from the baton_lock_fences table (created by
+// postgres.Migrate): the statement that takes the advisory lock increments
+// the name's counter in the same statement, and only when the lock was
+// granted.
+//
+// # Connection poolers
+//
+// Session advisory locks need a session: connect directly or through a
+// session-mode pooler. PgBouncer in transaction mode hands the server
+// session to other clients between statements, so the lock would be held by
+// (and released with) someone else's session; do not use it with this
+// provider.
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton/core/lock"
+)
+
+// Defaults for Options.
+const (
+	DefaultPingInterval = time.Second
+)
+
+// FencesTable is the table holding the per-name fencing counters.
+const FencesTable = "baton_lock_fences"
+
+// Options configure a Provider. The zero value uses the defaults.
+type Options struct {
+	// Schema holds baton_lock_fences. "" uses the connection's search_path.
+	Schema string
+	// PingInterval is how often a held lock's connection is checked, and
+	// how long a ping may take before the lock counts as lost (default
+	// DefaultPingInterval).
+	PingInterval time.Duration
+	// Backoff paces attempts while waiting for a held lock.
+	Backoff lock.Backoff
+	// Logger receives losses. nil discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) validate() error {
+	if o.PingInterval == 0 {
+		o.PingInterval = DefaultPingInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case o.PingInterval < 0:
+		return fmt.Errorf("%w: pg.Options.PingInterval is %v; it must be positive", lock.ErrInvalidOptions, o.PingInterval)
+	case len(o.Schema) > 63:
+		return fmt.Errorf("%w: pg.Options.Schema is %d bytes; PostgreSQL names are at most 63", lock.ErrInvalidOptions, len(o.Schema))
+	}
+	return o.Backoff.Validate()
+}
+
+// Provider hands out advisory locks. Create it with New.
+type Provider struct {
+	pool *pgxpool.Pool
+	opts Options
+
+	acquireSQL string
+}
+
+var _ lock.Provider = (*Provider)(nil)
+
+// New returns a Provider over pool, or an error naming the first invalid
+// option. Every held lock keeps one of the pool's connections; size the pool
+// (or give the provider a small pool of its own) accordingly.
+func New(pool *pgxpool.Pool, opts Options) (*Provider, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: pg.New: the pool is nil", lock.ErrInvalidOptions)
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	table := pgx.Identifier{FencesTable}
+	if opts.Schema != "" {
+		table = pgx.Identifier{opts.Schema, FencesTable}
+	}
+	t := table.Sanitize()
+	// The CTE calls a volatile function, so PostgreSQL evaluates it exactly
+	// once and never folds it away; the counter moves only when the lock was
+	// granted, in the same statement.
+	acquireSQL := `WITH got AS (SELECT pg_try_advisory_lock($1) AS ok)
+INSERT INTO ` + t + ` AS f (name, token) SELECT $2, 1 FROM got WHERE got.ok
+ON CONFLICT (name) DO UPDATE SET token = f.token + 1, updated_at = now()
+RETURNING token`
+	return &Provider{pool: pool, opts: opts, acquireSQL: acquireSQL}, nil
+}
+
+// Key is the advisory lock key of a name: FNV-1a 64 of its UTF-8 bytes, as
+// a signed bigint. It is fixed; test vectors are in docs/locks.md.
+func Key(name string) int64 {
+	const offset64, prime64 = 14695981039346656037, 1099511628211
+	h := uint64(offset64)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= prime64
+	}
+	return int64(h)
+}
+
+// Acquire implements lock.Provider.
+func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
+	if err := lock.CheckAcquire(name, opts); err != nil {
+		return nil, err
+	}
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire %q: get a connection: %w", name, err)
+	}
+	key := Key(name)
+	var token int64
+	err = lock.WaitFor(ctx, opts.Wait, p.opts.Backoff, func(ctx context.Context) (bool, <-chan struct{}, error) {
+		err := conn.QueryRow(ctx, p.acquireSQL, key, name).Scan(&token)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil, nil
+		}
+		return err == nil, nil, err
+	})
+	if err != nil {
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			// The statement may have taken the session lock before failing
+			// (or before ctx ended); only closing the session surely drops it.
+			destroy(conn)
+			return nil, fmt.Errorf("acquire %q: %w", name, err)
+		}
+		conn.Release()
+		return nil, err
+	}
+	l := &Lock{
+		p:     p,
+		name:  name,
+		key:   key,
+		token: uint64(token),
+		conn:  conn,
+		lost:  make(chan struct{}),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	go l.watch()
+	return l, nil
+}
+
+// destroy closes the connection's session instead of returning it to the
+// pool, which releases every advisory lock it held.
+func destroy(conn *pgxpool.Conn) {
+	c := conn.Hijack()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// Lock is a held advisory lock.
+type Lock struct {
+	p     *Provider
+	name  string
+	key   int64
+	token uint64
+
+	mu      sync.Mutex // serialises use of conn
+	conn    *pgxpool.Conn
+	lostMu  sync.Mutex
+	lost    chan struct{}
+	lostErr error
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+var _ lock.Lock = (*Lock)(nil)
+
+// Name implements lock.Lock.
+func (l *Lock) Name() string { return l.name }
+
+// Token implements lock.Lock.
+func (l *Lock) Token() uint64 { return l.token }
+
+// Lost implements lock.Lock.
+func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+// markLost closes Lost once, remembering why. It reports whether this call
+// closed it.
+func (l *Lock) markLost(reason error) bool {
+	l.lostMu.Lock()
+	defer l.lostMu.Unlock()
+	if l.lostErr != nil {
+		return false
+	}
+	l.lostErr = reason
+	close(l.lost)
+	return true
+}
+
+// watch pings the session until the lock is released or the ping fails.
+func (l *Lock) watch() {
+	defer close(l.done)
+	t := time.NewTicker(l.p.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		ctx, cancel := context.WithTimeout(context.Background(), l.p.opts.PingInterval)
+		err := l.conn.Ping(ctx)
+		cancel()
+		if err != nil {
+			// The session is gone or unresponsive: the server will (or did)
+			// drop the lock, so stop trusting it now and close our side.
+			destroy(l.conn)
+			l.conn = nil
+		}
+		l.mu.Unlock()
+		if err != nil {
+			if l.markLost(fmt.Errorf("%w: connection check failed: %w", lock.ErrNotHeld, err)) {
+				l.p.opts.Logger.Warn("lock lost", "lock", l.name, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// Release implements lock.Lock: it stops trusting the lock first, then
+// unlocks and hands the connection back to the pool.
+func (l *Lock) Release(ctx context.Context) error {
+	wasHeld := l.markLost(fmt.Errorf("%w: released by its holder", lock.ErrNotHeld))
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !wasHeld || l.conn == nil {
+		return fmt.Errorf("release %q: %w", l.name, lock.ErrNotHeld)
+	}
+	conn := l.conn
+	l.conn = nil
+	var unlocked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", l.key).Scan(&unlocked); err != nil {
+		if conn.Conn().IsClosed() {
+			// The session died under us, and the lock with it.
+			destroy(conn)
+			return fmt.Errorf("release %q: %w: %w", l.name, lock.ErrNotHeld, err)
+		}
+		destroy(conn) // closing the session releases the lock for sure
+		return fmt.Errorf("release %q: %w", l.name, err)
+	}
+	conn.Release()
+	if !unlocked {
+		return fmt.Errorf("release %q: %w (the session did not hold it)", l.name, lock.ErrNotHeld)
+	}
+	return nil
+}

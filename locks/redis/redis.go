@@ -1,0 +1,208 @@
+// Package redis is a lock.Provider on Redis, built on github.com/bsm/redislock
+// and go-redis v9.
+//
+// A lock is a key holding a random value with a TTL (redislock's
+// compare-and-set scripts). The shared keepalive of core/lock refreshes it
+// every TTL/3 and fails closed: the holder trusts the lock only until the
+// start of its last successful refresh plus TTL minus SafetyMargin, so a
+// Redis outage or a paused process ends in Lost closing rather than in two
+// holders. A refresh answered "not ours" (the key was deleted or expired and
+// taken) closes Lost at once.
+//
+// Fencing tokens come from a counter key incremented by a script that first
+// checks the lock key still holds this acquisition's value, so a token is
+// only ever issued to the current holder. Both keys share a hash tag, so the
+// provider works on Redis Cluster.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/bsm/redislock"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton/core/lock"
+)
+
+// Defaults for Options.
+const (
+	DefaultPrefix       = "baton:"
+	DefaultTTL          = 10 * time.Second
+	DefaultSafetyMargin = time.Second
+)
+
+// Options configure a Provider. The zero value uses the defaults.
+type Options struct {
+	// Prefix starts every key the provider writes (default DefaultPrefix).
+	// It may not contain '{' or '}', which would break the hash tags that
+	// keep a lock and its fence counter in one cluster slot.
+	Prefix string
+	// TTL is the key's expiry, renewed every TTL/3 (default DefaultTTL). It
+	// bounds how long a crashed holder blocks the lock.
+	TTL time.Duration
+	// SafetyMargin shortens the holder's trust window below TTL (default
+	// DefaultSafetyMargin). It must be below two thirds of TTL.
+	SafetyMargin time.Duration
+	// Backoff paces attempts while waiting for a held lock.
+	Backoff lock.Backoff
+	// Logger receives refresh failures and losses. nil discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) validate() error {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.SafetyMargin == 0 {
+		o.SafetyMargin = DefaultSafetyMargin
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case strings.ContainsAny(o.Prefix, "{}"):
+		return fmt.Errorf("%w: redis.Options.Prefix %q contains a brace; braces are reserved for hash tags", lock.ErrInvalidOptions, o.Prefix)
+	case o.TTL < 3*time.Millisecond:
+		return fmt.Errorf("%w: redis.Options.TTL is %v; it must be at least 3ms (Redis expiries are in milliseconds)", lock.ErrInvalidOptions, o.TTL)
+	case o.SafetyMargin < 0 || o.SafetyMargin >= o.TTL-o.TTL/3:
+		return fmt.Errorf("%w: redis.Options.SafetyMargin is %v; it must be at least 0 and below two thirds of TTL (%v)",
+			lock.ErrInvalidOptions, o.SafetyMargin, o.TTL)
+	}
+	return o.Backoff.Validate()
+}
+
+// fenceScript increments the fence counter only if the lock key still holds
+// this acquisition's value, and answers 0 otherwise.
+var fenceScript = goredis.NewScript(`
+if redis.call("get", KEYS[1]) == ARGV[1] then
+	return redis.call("incr", KEYS[2])
+end
+return 0`)
+
+// Provider hands out Redis locks. Create it with New.
+type Provider struct {
+	client goredis.Scripter
+	locker *redislock.Client
+	opts   Options
+}
+
+var _ lock.Provider = (*Provider)(nil)
+
+// New returns a Provider over client (a *redis.Client, *redis.ClusterClient
+// or any other go-redis client), or an error naming the first invalid option.
+func New(client goredis.Scripter, opts Options) (*Provider, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: redis.New: the client is nil", lock.ErrInvalidOptions)
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return &Provider{client: client, locker: redislock.New(client), opts: opts}, nil
+}
+
+// LockKey is the key that holds the named lock, for operators and tests.
+func (p *Provider) LockKey(name string) string { return p.opts.Prefix + "lock:{" + name + "}" }
+
+// FenceKey is the key that counts the named lock's fencing tokens.
+func (p *Provider) FenceKey(name string) string { return p.opts.Prefix + "fence:{" + name + "}" }
+
+// Acquire implements lock.Provider.
+func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
+	if err := lock.CheckAcquire(name, opts); err != nil {
+		return nil, err
+	}
+	l := &Lock{name: name}
+	var started time.Time
+	err := lock.WaitFor(ctx, opts.Wait, p.opts.Backoff, func(ctx context.Context) (bool, <-chan struct{}, error) {
+		started = time.Now()
+		rl, err := p.locker.Obtain(ctx, p.LockKey(name), p.opts.TTL, nil)
+		if err != nil {
+			if errors.Is(err, redislock.ErrNotObtained) {
+				return false, nil, nil
+			}
+			return false, nil, mapErr(err)
+		}
+		token, err := fenceScript.Run(ctx, p.client, []string{p.LockKey(name), p.FenceKey(name)}, rl.Token()).Uint64()
+		if err != nil {
+			// Without a token the hold is useless; give it back.
+			_ = rl.Release(context.WithoutCancel(ctx))
+			return false, nil, mapErr(err)
+		}
+		if token == 0 {
+			return false, nil, nil // expired between the two calls: keep waiting
+		}
+		l.rl, l.token = rl, token
+		return true, nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.ka, err = lock.StartKeepalive(lock.KeepaliveConfig{
+		TTL:          p.opts.TTL,
+		SafetyMargin: p.opts.SafetyMargin,
+		Refresh: func(ctx context.Context) error {
+			return mapErr(l.rl.Refresh(ctx, p.opts.TTL, nil))
+		},
+		Logger: p.opts.Logger,
+		Name:   name,
+	}, started)
+	if err != nil {
+		_ = l.rl.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return l, nil
+}
+
+// mapErr translates redislock's errors to core's sentinels; it is the only
+// place this package does so.
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, redislock.ErrNotObtained), errors.Is(err, redislock.ErrLockNotHeld):
+		return fmt.Errorf("%w: %w", lock.ErrNotHeld, err)
+	default:
+		return err
+	}
+}
+
+// Lock is a held Redis lock.
+type Lock struct {
+	name  string
+	token uint64
+	rl    *redislock.Lock
+	ka    *lock.Keepalive
+}
+
+var _ lock.Lock = (*Lock)(nil)
+
+// Name implements lock.Lock.
+func (l *Lock) Name() string { return l.name }
+
+// Token implements lock.Lock.
+func (l *Lock) Token() uint64 { return l.token }
+
+// Lost implements lock.Lock.
+func (l *Lock) Lost() <-chan struct{} { return l.ka.Lost() }
+
+// Release implements lock.Lock. It stops trusting the lock first, then
+// deletes the key only if it still holds this acquisition's value.
+func (l *Lock) Release(ctx context.Context) error {
+	trusted := l.ka.Stop()
+	err := mapErr(l.rl.Release(ctx))
+	switch {
+	case err != nil:
+		return fmt.Errorf("release %q: %w", l.name, err)
+	case !trusted:
+		return fmt.Errorf("release %q: %w (its trust had run out before the release)", l.name, lock.ErrNotHeld)
+	}
+	return nil
+}

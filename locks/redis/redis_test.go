@@ -1,0 +1,117 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton/conformance"
+	"github.com/baton-go/baton/core/lock"
+	"github.com/baton-go/baton/internal/testenv"
+	batonredis "github.com/baton-go/baton/locks/redis"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func newProvider(t *testing.T, env *testenv.RedisEnv, opts batonredis.Options) *batonredis.Provider {
+	t.Helper()
+	opts.Prefix = env.Prefix
+	p, err := batonredis.New(env.Client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunLockProvider(t, func(t *testing.T) conformance.LockHarness {
+		env := testenv.Redis(t)
+		opts := batonredis.Options{TTL: 1500 * time.Millisecond, SafetyMargin: 200 * time.Millisecond}
+		p := newProvider(t, env, opts)
+		// A second node: its own client on the same server.
+		other := goredis.NewClient(&goredis.Options{Addr: env.Addr})
+		t.Cleanup(func() { other.Close() })
+		opts.Prefix = env.Prefix
+		second, err := batonredis.New(other, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conformance.LockHarness{
+			Provider: p,
+			Second:   second,
+			TakeAway: func(ctx context.Context, name string) error {
+				n, err := env.Client.Del(ctx, p.LockKey(name)).Result()
+				if err == nil && n != 1 {
+					err = errors.New("no lock key to delete")
+				}
+				return err
+			},
+		}
+	}, conformance.LockFeatures{LossDetection: 2 * time.Second})
+}
+
+func TestNew_RejectsInvalidOptions(t *testing.T) {
+	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	for name, opts := range map[string]batonredis.Options{
+		"brace in prefix":  {Prefix: "app{x}:"},
+		"tiny TTL":         {TTL: time.Millisecond},
+		"margin too large": {TTL: 3 * time.Second, SafetyMargin: 2 * time.Second},
+		"negative margin":  {SafetyMargin: -time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := batonredis.New(client, opts); !errors.Is(err, lock.ErrInvalidOptions) {
+				t.Fatalf("err = %v, want ErrInvalidOptions", err)
+			}
+		})
+	}
+	if _, err := batonredis.New(nil, batonredis.Options{}); !errors.Is(err, lock.ErrInvalidOptions) {
+		t.Fatalf("nil client: err = %v", err)
+	}
+}
+
+func TestLockAndFenceKeysShareAHashSlot(t *testing.T) {
+	env := testenv.Redis(t)
+	p := newProvider(t, env, batonredis.Options{})
+	for _, name := range []string{"plain", "with}brace", "{lead", "a:b/c"} {
+		a, b := p.LockKey(name), p.FenceKey(name)
+		sa, err := env.Client.ClusterKeySlot(context.Background(), a).Result()
+		if err != nil {
+			t.Skipf("CLUSTER KEYSLOT unavailable: %v", err)
+		}
+		sb, _ := env.Client.ClusterKeySlot(context.Background(), b).Result()
+		if sa != sb {
+			t.Errorf("%q: lock key slot %d, fence key slot %d", name, sa, sb)
+		}
+	}
+}
+
+func TestAcquire_FailsClosedWhenRedisIsUnreachable(t *testing.T) {
+	env := testenv.Redis(t)
+	// A client of its own, so closing it cuts only this holder off.
+	client := goredis.NewClient(&goredis.Options{Addr: env.Addr, MaxRetries: -1})
+	p, err := batonredis.New(client, batonredis.Options{Prefix: env.Prefix, TTL: 900 * time.Millisecond, SafetyMargin: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := p.Acquire(ctx, "outage", lock.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	client.Close() // every refresh now errors
+	select {
+	case <-l.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatal("Lost did not close while Redis was unreachable")
+	}
+	if took := time.Since(start); took > 900*time.Millisecond {
+		t.Fatalf("Lost closed %v after the outage began, later than the trust window (800ms)", took)
+	}
+	if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) && err == nil {
+		t.Fatal("Release after an outage reported success")
+	}
+}
