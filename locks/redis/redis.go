@@ -11,12 +11,16 @@
 //
 // Fencing tokens come from a counter key incremented by a script that first
 // checks the lock key still holds this acquisition's value, so a token is
-// only ever issued to the current holder. Both keys share a hash tag, so the
-// provider works on Redis Cluster.
+// only ever issued to the current holder. The script travels in the same
+// pipeline as the obtain, so an acquisition costs one round trip like a bare
+// redislock Obtain. Both keys share a hash tag, so the provider works on
+// Redis Cluster.
 package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -87,10 +91,50 @@ if redis.call("get", KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
+// fencingClient is the client redislock talks through during one
+// acquisition attempt. Until a token has been issued, it sends each script
+// call redislock makes (the obtain) in one pipeline together with
+// fenceScript, so obtaining the lock and drawing its token cost a single
+// round trip; the script's value check makes the pair safe even though a
+// pipeline is not atomic. Once the token is issued it passes calls through
+// (refreshes and the release).
+type fencingClient struct {
+	goredis.UniversalClient
+	keys  []string // lock key, fence key
+	value string   // this attempt's lock value
+	token uint64   // set by the call that obtained the lock
+}
+
+func (f *fencingClient) Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
+	return f.withFence(ctx, func(c goredis.Scripter) *goredis.Cmd { return c.Eval(ctx, script, keys, args...) })
+}
+
+func (f *fencingClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *goredis.Cmd {
+	return f.withFence(ctx, func(c goredis.Scripter) *goredis.Cmd { return c.EvalSha(ctx, sha, keys, args...) })
+}
+
+func (f *fencingClient) withFence(ctx context.Context, call func(goredis.Scripter) *goredis.Cmd) *goredis.Cmd {
+	if f.token != 0 {
+		return call(f.UniversalClient)
+	}
+	pipe := f.Pipeline()
+	cmd := call(pipe)
+	fence := fenceScript.EvalSha(ctx, pipe, f.keys, f.value)
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	if goredis.HasErrorPrefix(fence.Err(), "NOSCRIPT") {
+		// The server does not know the script yet (first use, or after a
+		// restart): send it whole, once, outside the pipeline.
+		fence = fenceScript.Eval(ctx, f.UniversalClient, f.keys, f.value)
+	}
+	if tok, err := fence.Uint64(); err == nil {
+		f.token = tok
+	}
+	return cmd
+}
+
 // Provider hands out Redis locks. Create it with New.
 type Provider struct {
-	client goredis.Scripter
-	locker *redislock.Client
+	client goredis.UniversalClient
 	opts   Options
 }
 
@@ -98,14 +142,14 @@ var _ lock.Provider = (*Provider)(nil)
 
 // New returns a Provider over client (a *redis.Client, *redis.ClusterClient
 // or any other go-redis client), or an error naming the first invalid option.
-func New(client goredis.Scripter, opts Options) (*Provider, error) {
+func New(client goredis.UniversalClient, opts Options) (*Provider, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redis.New: the client is nil", lock.ErrInvalidOptions)
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Provider{client: client, locker: redislock.New(client), opts: opts}, nil
+	return &Provider{client: client, opts: opts}, nil
 }
 
 // LockKey is the key that holds the named lock, for operators and tests.
@@ -123,23 +167,26 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 	var started time.Time
 	err := lock.WaitFor(ctx, opts.Wait, p.opts.Backoff, func(ctx context.Context) (bool, <-chan struct{}, error) {
 		started = time.Now()
-		rl, err := p.locker.Obtain(ctx, p.LockKey(name), p.opts.TTL, nil)
+		value, err := randomValue()
+		if err != nil {
+			return false, nil, err
+		}
+		fc := &fencingClient{UniversalClient: p.client, keys: []string{p.LockKey(name), p.FenceKey(name)}, value: value}
+		rl, err := redislock.New(fc).Obtain(ctx, p.LockKey(name), p.opts.TTL, &redislock.Options{Token: value})
 		if err != nil {
 			if errors.Is(err, redislock.ErrNotObtained) {
 				return false, nil, nil
 			}
 			return false, nil, mapErr(err)
 		}
-		token, err := fenceScript.Run(ctx, p.client, []string{p.LockKey(name), p.FenceKey(name)}, rl.Token()).Uint64()
-		if err != nil {
-			// Without a token the hold is useless; give it back.
+		if fc.token == 0 {
+			// Obtained, but the key changed hands before the fence ran (it
+			// expired at once, or was deleted): a hold without a token is
+			// useless, so give it back and keep waiting.
 			_ = rl.Release(context.WithoutCancel(ctx))
-			return false, nil, mapErr(err)
+			return false, nil, nil
 		}
-		if token == 0 {
-			return false, nil, nil // expired between the two calls: keep waiting
-		}
-		l.rl, l.token = rl, token
+		l.rl, l.token = rl, fc.token
 		return true, nil, nil
 	})
 	if err != nil {
@@ -159,6 +206,15 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 		return nil, err
 	}
 	return l, nil
+}
+
+// randomValue is the unique value an acquisition stores in the lock key.
+func randomValue() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
 // mapErr translates redislock's errors to core's sentinels; it is the only

@@ -15,7 +15,7 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func newProvider(t *testing.T, env *testenv.RedisEnv, opts batonredis.Options) *batonredis.Provider {
+func newProvider(t testing.TB, env *testenv.RedisEnv, opts batonredis.Options) *batonredis.Provider {
 	t.Helper()
 	opts.Prefix = env.Prefix
 	p, err := batonredis.New(env.Client, opts)
@@ -113,5 +113,33 @@ func TestAcquire_FailsClosedWhenRedisIsUnreachable(t *testing.T) {
 	}
 	if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) && err == nil {
 		t.Fatal("Release after an outage reported success")
+	}
+}
+
+func TestAcquire_IssuesTokensAfterTheServerForgetsItsScripts(t *testing.T) {
+	env := testenv.Redis(t)
+	p := newProvider(t, env, batonredis.Options{})
+	ctx := context.Background()
+	var prev uint64
+	for i := range 3 {
+		// A restarted server knows no scripts; both the obtain and the
+		// fence must fall back to sending their source.
+		if err := env.Client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l, err := p.Acquire(ctx, "flushed", lock.AcquireOptions{})
+		if err != nil {
+			t.Fatalf("acquisition %d: %v", i, err)
+		}
+		if l.Token() <= prev {
+			t.Fatalf("acquisition %d: token %d, want above %d", i, l.Token(), prev)
+		}
+		prev = l.Token()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := env.Client.Get(ctx, p.FenceKey("flushed")).Uint64(); got != prev {
+		t.Fatalf("fence counter %d, last token %d: a token was drawn without being issued", got, prev)
 	}
 }
