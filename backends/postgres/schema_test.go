@@ -1,0 +1,654 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/baton-go/baton/internal/testenv"
+)
+
+// logRecorder is a slog handler that keeps the messages it receives.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, rec.Clone())
+	return nil
+}
+
+// applied returns the version attribute of every "applied" record.
+func (r *logRecorder) applied() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var versions []int64
+	for _, rec := range r.records {
+		if rec.Level != slog.LevelInfo || !strings.Contains(rec.Message, "applied schema migration") {
+			continue
+		}
+		rec.Attrs(func(a slog.Attr) bool {
+			if a.Key == "version" {
+				versions = append(versions, a.Value.Int64())
+			}
+			return true
+		})
+	}
+	return versions
+}
+
+func allVersions() []int64 {
+	var vs []int64
+	for _, m := range migrations {
+		vs = append(vs, int64(m.Version))
+	}
+	return vs
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// extraSchema returns a fresh schema name built from base, and drops that
+// schema (if anything created it) when the test ends. testenv only drops
+// env.Schema.
+func extraSchema(t *testing.T, env *testenv.PostgresEnv, base string) string {
+	t.Helper()
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	name := base + " " + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, env.ServerURL)
+		if err != nil {
+			t.Errorf("drop schema %q: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %q: %v", name, err)
+		}
+	})
+	return name
+}
+
+func schemaExists(t *testing.T, ctx context.Context, env *testenv.PostgresEnv, name string) bool {
+	t.Helper()
+	var exists bool
+	err := env.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", name).Scan(&exists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exists
+}
+
+func tablesIn(t *testing.T, ctx context.Context, env *testenv.PostgresEnv, schema string) []string {
+	t.Helper()
+	rows, err := env.Pool.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') ORDER BY 1`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func recordedVersions(t *testing.T, ctx context.Context, env *testenv.PostgresEnv, schema string) []int64 {
+	t.Helper()
+	rows, err := env.Pool.Query(ctx, "SELECT version FROM "+pgx.Identifier{schema, migrationsTable}.Sanitize()+" ORDER BY version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return versions
+}
+
+func mustMigrate(t *testing.T, ctx context.Context, db TxStarter, opts MigrateOptions) {
+	t.Helper()
+	if err := Migrate(ctx, db, opts); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+}
+
+func schemaProblems(t *testing.T, err error) []string {
+	t.Helper()
+	var se *SchemaError
+	if !errors.As(err, &se) {
+		t.Fatalf("VerifySchema = %v, want a *SchemaError", err)
+	}
+	if !errors.Is(err, ErrSchemaMismatch) {
+		t.Errorf("errors.Is(%v, ErrSchemaMismatch) = false", err)
+	}
+	return se.Problems
+}
+
+func TestMigrateCreatesTablesInTheCurrentSchemaAndLogsEachMigration(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	rec := &logRecorder{}
+
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
+
+	want := []string{"baton_lock_fences", migrationsTable}
+	slices.Sort(want)
+	if got := tablesIn(t, ctx, env, env.Schema); !slices.Equal(got, want) {
+		t.Errorf("tables in %s = %q, want %q", env.Schema, got, want)
+	}
+	if got := recordedVersions(t, ctx, env, env.Schema); !slices.Equal(got, allVersions()) {
+		t.Errorf("recorded versions = %v, want %v", got, allVersions())
+	}
+	if got := rec.applied(); !slices.Equal(got, allVersions()) {
+		t.Errorf("logged versions = %v, want %v", got, allVersions())
+	}
+}
+
+func TestMigrateTwiceIsANoOpTheSecondTime(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	first, second := &logRecorder{}, &logRecorder{}
+
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(first)})
+	var appliedAt time.Time
+	if err := env.Pool.QueryRow(ctx, "SELECT max(applied_at) FROM baton_schema_migrations").Scan(&appliedAt); err != nil {
+		t.Fatal(err)
+	}
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(second)})
+
+	if got := second.applied(); len(got) != 0 {
+		t.Errorf("second Migrate applied %v, want nothing", got)
+	}
+	if got := recordedVersions(t, ctx, env, env.Schema); !slices.Equal(got, allVersions()) {
+		t.Errorf("recorded versions = %v, want %v", got, allVersions())
+	}
+	var again time.Time
+	if err := env.Pool.QueryRow(ctx, "SELECT max(applied_at) FROM baton_schema_migrations").Scan(&again); err != nil {
+		t.Fatal(err)
+	}
+	if !again.Equal(appliedAt) {
+		t.Errorf("applied_at moved from %v to %v", appliedAt, again)
+	}
+}
+
+func TestConcurrentMigrateOnSeparateConnectionsAppliesEachMigrationOnce(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	// A schema that does not exist yet, so the racers also contend on
+	// creating it.
+	schema := extraSchema(t, env, "baton race")
+	rec := &logRecorder{}
+	logger := slog.New(rec)
+
+	const n = 8
+	conns := make([]*pgx.Conn, n)
+	for i := range conns {
+		c, err := pgx.Connect(ctx, env.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		conns[i] = c
+	}
+	start := make(chan struct{})
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() {
+			<-start
+			errs[i] = Migrate(ctx, c, MigrateOptions{Schema: schema, Logger: logger})
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Migrate on connection %d: %v", i, err)
+		}
+	}
+	if got := rec.applied(); !slices.Equal(got, allVersions()) {
+		t.Errorf("applied across all callers = %v, want each of %v once", got, allVersions())
+	}
+	if got := recordedVersions(t, ctx, env, schema); !slices.Equal(got, allVersions()) {
+		t.Errorf("recorded versions = %v, want %v", got, allVersions())
+	}
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{Schema: schema}); err != nil {
+		t.Errorf("VerifySchema: %v", err)
+	}
+}
+
+func TestMigrateCreatesAndUsesASchemaNameNeedingQuotes(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	schema := extraSchema(t, env, `My "odd" Schema`)
+	if schemaExists(t, ctx, env, schema) {
+		t.Fatalf("schema %q exists before the test", schema)
+	}
+
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Schema: schema})
+
+	if !schemaExists(t, ctx, env, schema) {
+		t.Fatalf("Migrate did not create schema %q", schema)
+	}
+	want := []string{"baton_lock_fences", migrationsTable}
+	if got := tablesIn(t, ctx, env, schema); !slices.Equal(got, want) {
+		t.Errorf("tables in %q = %q, want %q", schema, got, want)
+	}
+	if got := tablesIn(t, ctx, env, env.Schema); len(got) != 0 {
+		t.Errorf("the connection's own schema got tables %q; the migrations must follow SET LOCAL search_path", got)
+	}
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{Schema: schema}); err != nil {
+		t.Errorf("VerifySchema: %v", err)
+	}
+	// SET LOCAL must not leak into the pooled session.
+	var path string
+	if err := env.Pool.QueryRow(ctx, "SHOW search_path").Scan(&path); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(path, "odd") {
+		t.Errorf("search_path after Migrate = %q, the migration's setting leaked", path)
+	}
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Schema: schema}) // and again: no-op
+}
+
+func TestInvalidSchemaNameErrorsAndWritesNothing(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	long := "baton_too_long_" + strings.Repeat("x", 64)
+	cases := []struct {
+		name   string
+		schema string
+		// leftovers are the names PostgreSQL would have created had the
+		// name reached it.
+		leftovers []string
+	}{
+		{"too long", long, []string{long[:MaxSchemaNameLength]}},
+		{"NUL byte", "baton_nul\x00tail", []string{"baton_nul", "baton_nul\x00tail"}},
+		{"only spaces", "   ", []string{"   "}},
+		{"invalid UTF-8", "baton_\xff", nil},
+		{"reserved prefix", "pg_baton", []string{"pg_baton"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := Migrate(ctx, env.Pool, MigrateOptions{Schema: c.schema})
+			if !errors.Is(err, ErrInvalidSchemaName) || !strings.Contains(err.Error(), "MigrateOptions.Schema") {
+				t.Errorf("Migrate = %v, want ErrInvalidSchemaName naming MigrateOptions.Schema", err)
+			}
+			err = VerifySchema(ctx, env.Pool, VerifyOptions{Schema: c.schema})
+			if !errors.Is(err, ErrInvalidSchemaName) || !strings.Contains(err.Error(), "VerifyOptions.Schema") {
+				t.Errorf("VerifySchema = %v, want ErrInvalidSchemaName naming VerifyOptions.Schema", err)
+			}
+			for _, name := range c.leftovers {
+				if strings.IndexByte(name, 0) < 0 && schemaExists(t, ctx, env, name) {
+					t.Errorf("schema %q was created", name)
+				}
+			}
+			if got := tablesIn(t, ctx, env, env.Schema); len(got) != 0 {
+				t.Errorf("tables were created in the current schema: %q", got)
+			}
+		})
+	}
+}
+
+func TestMigrateAndVerifyErrorWhenTheConnectionHasNoCurrentSchema(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	cfg, err := pgx.ParseConfig(env.ServerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = "baton_no_such_schema_" + strings.ReplaceAll(env.Schema, "baton_test_", "")
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	err = Migrate(ctx, conn, MigrateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "MigrateOptions.Schema") || !strings.Contains(err.Error(), "search_path") {
+		t.Errorf("Migrate = %v, want an error naming MigrateOptions.Schema and search_path", err)
+	}
+	err = VerifySchema(ctx, conn, VerifyOptions{})
+	if err == nil || !strings.Contains(err.Error(), "VerifyOptions.Schema") || errors.Is(err, ErrSchemaMismatch) {
+		t.Errorf("VerifySchema = %v, want a configuration error naming VerifyOptions.Schema", err)
+	}
+}
+
+func TestMigrateRefusesASchemaNewerThanThisBinary(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	future := latestVersion + 1
+	if _, err := env.Pool.Exec(ctx, "INSERT INTO baton_schema_migrations (version, name) VALUES ($1, 'from_the_future')", future); err != nil {
+		t.Fatal(err)
+	}
+	rec := &logRecorder{}
+
+	err := Migrate(ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
+
+	if !errors.Is(err, ErrSchemaTooNew) {
+		t.Fatalf("Migrate = %v, want ErrSchemaTooNew", err)
+	}
+	for _, part := range []string{env.Schema, strconv.Itoa(future), strconv.Itoa(latestVersion)} {
+		if !strings.Contains(err.Error(), part) {
+			t.Errorf("error %q does not mention %q", err, part)
+		}
+	}
+	if got := rec.applied(); len(got) != 0 {
+		t.Errorf("applied %v on a newer schema", got)
+	}
+	// Everything this binary needs is still there, so readiness holds.
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("VerifySchema on a newer but compatible schema: %v", err)
+	}
+}
+
+func TestVerifySchemaAfterMigrateReturnsNil(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("VerifySchema (current schema): %v", err)
+	}
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{Schema: env.Schema}); err != nil {
+		t.Errorf("VerifySchema (explicit schema): %v", err)
+	}
+}
+
+// TestExpectedShapeAndMigrationsAgree is the guard for the two descriptions
+// of the schema: after migrating a fresh schema, the catalog must hold
+// exactly the tables, columns and indexes of expectedShape, no more and no
+// fewer. A migration added without its shape entry (or the reverse) fails
+// here.
+func TestExpectedShapeAndMigrationsAgree(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Fatalf("VerifySchema after migrating a fresh schema: %v", err)
+	}
+
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	actual, err := readTables(ctx, tx, env.Schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(actual, migrationsTable)
+	expected := make(map[string]tableShape)
+	for _, ts := range expectedShape {
+		expected[ts.Name] = ts
+	}
+	for _, name := range slices.Sorted(maps.Keys(actual)) {
+		want, ok := expected[name]
+		if !ok {
+			t.Errorf("the migrations create table %s, which expectedShape does not describe", name)
+			continue
+		}
+		got := actual[name]
+		if len(got.Columns) != len(want.Columns) {
+			t.Errorf("table %s has columns %q, expectedShape lists %d", name, slices.Sorted(maps.Keys(got.Columns)), len(want.Columns))
+		}
+		for _, c := range want.Columns {
+			if got.Columns[c.Name] != c {
+				t.Errorf("column %s.%s is %+v in the database, %+v in expectedShape", name, c.Name, got.Columns[c.Name], c)
+			}
+		}
+		if len(got.Indexes) != len(want.Indexes) {
+			t.Errorf("table %s has indexes %q, expectedShape lists %d", name, slices.Sorted(maps.Keys(got.Indexes)), len(want.Indexes))
+		}
+	}
+	if len(actual) != len(expectedShape) {
+		t.Errorf("the migrations create %d tables, expectedShape describes %d", len(actual), len(expectedShape))
+	}
+}
+
+func TestVerifySchemaOnAnEmptySchemaNamesEveryTableAsMissing(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+
+	problems := schemaProblems(t, VerifySchema(ctx, env.Pool, VerifyOptions{}))
+
+	var want []string
+	for _, ts := range expectedShape {
+		want = append(want, "table "+ts.Name+" is missing")
+	}
+	if !slices.Equal(problems, want) {
+		t.Errorf("problems = %q, want %q", problems, want)
+	}
+}
+
+func TestVerifySchemaOnAMissingSchemaSaysSoAndNamesEveryTable(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	schema := extraSchema(t, env, "baton absent")
+
+	problems := schemaProblems(t, VerifySchema(ctx, env.Pool, VerifyOptions{Schema: schema}))
+
+	if len(problems) != 1+len(expectedShape) || !strings.Contains(problems[0], "does not exist") {
+		t.Errorf("problems = %q, want the schema and every table named", problems)
+	}
+	if schemaExists(t, ctx, env, schema) {
+		t.Error("VerifySchema created the schema")
+	}
+}
+
+func TestVerifySchemaNamesEachAlteration(t *testing.T) {
+	cases := []struct {
+		name  string
+		alter []string
+		want  []string
+	}{
+		{
+			name:  "dropped column",
+			alter: []string{"ALTER TABLE baton_lock_fences DROP COLUMN updated_at"},
+			want:  []string{"column baton_lock_fences.updated_at is missing (want timestamp with time zone NOT NULL)"},
+		},
+		{
+			name:  "changed column type",
+			alter: []string{"ALTER TABLE baton_lock_fences ALTER COLUMN token TYPE integer"},
+			want:  []string{"column baton_lock_fences.token has type integer, want bigint"},
+		},
+		{
+			name:  "dropped NOT NULL",
+			alter: []string{"ALTER TABLE baton_lock_fences ALTER COLUMN token DROP NOT NULL"},
+			want:  []string{"column baton_lock_fences.token is nullable, want NOT NULL"},
+		},
+		{
+			name:  "dropped index",
+			alter: []string{"ALTER TABLE baton_lock_fences DROP CONSTRAINT baton_lock_fences_pkey"},
+			want:  []string{"index baton_lock_fences_pkey on baton_lock_fences is missing (want unique (name))"},
+		},
+		{
+			name: "index on other columns",
+			alter: []string{
+				"ALTER TABLE baton_lock_fences DROP CONSTRAINT baton_lock_fences_pkey",
+				"CREATE UNIQUE INDEX baton_lock_fences_pkey ON baton_lock_fences (name, token)",
+			},
+			want: []string{"index baton_lock_fences_pkey on baton_lock_fences has columns (name, token), want (name)"},
+		},
+		{
+			name: "index no longer unique",
+			alter: []string{
+				"ALTER TABLE baton_lock_fences DROP CONSTRAINT baton_lock_fences_pkey",
+				"CREATE INDEX baton_lock_fences_pkey ON baton_lock_fences (name)",
+			},
+			want: []string{"index baton_lock_fences_pkey on baton_lock_fences is not unique, want unique"},
+		},
+		{
+			name:  "dropped table",
+			alter: []string{"DROP TABLE baton_lock_fences"},
+			want:  []string{"table baton_lock_fences is missing"},
+		},
+		{
+			name:  "schema behind the latest migration",
+			alter: []string{"DELETE FROM baton_schema_migrations WHERE version = (SELECT max(version) FROM baton_schema_migrations)"},
+			want:  []string{"baton_schema_migrations records migration version " + strconv.Itoa(latestVersion-1) + ", want " + strconv.Itoa(latestVersion)},
+		},
+		{
+			name: "several at once",
+			alter: []string{
+				"ALTER TABLE baton_lock_fences DROP CONSTRAINT baton_lock_fences_pkey",
+				"ALTER TABLE baton_lock_fences ALTER COLUMN name DROP NOT NULL",
+				"ALTER TABLE baton_lock_fences ALTER COLUMN token TYPE integer",
+				"ALTER TABLE baton_lock_fences DROP COLUMN updated_at",
+				"DELETE FROM baton_schema_migrations",
+			},
+			want: []string{
+				"column baton_lock_fences.name is nullable, want NOT NULL",
+				"column baton_lock_fences.token has type integer, want bigint",
+				"column baton_lock_fences.updated_at is missing (want timestamp with time zone NOT NULL)",
+				"index baton_lock_fences_pkey on baton_lock_fences is missing (want unique (name))",
+				"baton_schema_migrations records migration version 0, want " + strconv.Itoa(latestVersion),
+			},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := testenv.Postgres(t)
+			ctx := testContext(t)
+			mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+			for _, stmt := range c.alter {
+				if _, err := env.Pool.Exec(ctx, stmt); err != nil {
+					t.Fatalf("%s: %v", stmt, err)
+				}
+			}
+
+			err := VerifySchema(ctx, env.Pool, VerifyOptions{})
+
+			problems := schemaProblems(t, err)
+			if !slices.Equal(problems, c.want) {
+				t.Errorf("problems:\n got %q\nwant %q", problems, c.want)
+			}
+			for _, p := range c.want {
+				if !strings.Contains(err.Error(), "\n  - "+p) {
+					t.Errorf("Error() does not list %q on its own line:\n%s", p, err)
+				}
+			}
+		})
+	}
+}
+
+func TestVerifySchemaIgnoresWhatItDoesNotExpect(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	for _, stmt := range []string{
+		"ALTER TABLE baton_lock_fences ADD COLUMN note text",
+		"CREATE INDEX baton_lock_fences_updated ON baton_lock_fences (updated_at)",
+		"CREATE TABLE app_orders (id bigint PRIMARY KEY)",
+	} {
+		if _, err := env.Pool.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("VerifySchema with extra objects: %v", err)
+	}
+}
+
+func TestVerifySchemaWritesNothing(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	schema := extraSchema(t, env, "baton verify")
+
+	_ = VerifySchema(ctx, env.Pool, VerifyOptions{Schema: schema})
+	_ = VerifySchema(ctx, env.Pool, VerifyOptions{})
+
+	if schemaExists(t, ctx, env, schema) {
+		t.Error("VerifySchema created a schema")
+	}
+	if got := tablesIn(t, ctx, env, env.Schema); len(got) != 0 {
+		t.Errorf("VerifySchema created tables %q", got)
+	}
+}
+
+// TestSchemaSQLIsTheWholeShape proves the script stands on its own: applied
+// with one plain Exec to an empty schema, it leaves a schema VerifySchema
+// accepts and Migrate has nothing to add to.
+func TestSchemaSQLIsTheWholeShape(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+
+	if _, err := env.Pool.Exec(ctx, SchemaSQL()); err != nil {
+		t.Fatalf("Exec(SchemaSQL()): %v", err)
+	}
+
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("VerifySchema after SchemaSQL: %v", err)
+	}
+	rec := &logRecorder{}
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
+	if got := rec.applied(); len(got) != 0 {
+		t.Errorf("Migrate after SchemaSQL applied %v, want nothing", got)
+	}
+	if got := recordedVersions(t, ctx, env, env.Schema); !slices.Equal(got, allVersions()) {
+		t.Errorf("recorded versions = %v, want %v", got, allVersions())
+	}
+}
+
+func TestMigrateRollsBackEverythingWhenAStepFails(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	// A table in the way of the first migration makes it fail.
+	if _, err := env.Pool.Exec(ctx, "CREATE TABLE baton_lock_fences (x int)"); err != nil {
+		t.Fatal(err)
+	}
+
+	err := Migrate(ctx, env.Pool, MigrateOptions{Logger: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))})
+
+	if err == nil || !strings.Contains(err.Error(), migrations[0].File) {
+		t.Fatalf("Migrate = %v, want an error naming %s", err, migrations[0].File)
+	}
+	if got := tablesIn(t, ctx, env, env.Schema); !slices.Equal(got, []string{"baton_lock_fences"}) {
+		t.Errorf("tables after a failed Migrate = %q, want only the pre-existing one", got)
+	}
+}
+
+func TestMigrateAndVerifyAcceptAPgxConn(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	conn, err := pgx.Connect(ctx, env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	mustMigrate(t, ctx, conn, MigrateOptions{})
+	if err := VerifySchema(ctx, conn, VerifyOptions{}); err != nil {
+		t.Errorf("VerifySchema: %v", err)
+	}
+}
