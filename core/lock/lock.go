@@ -45,7 +45,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
+
+	"github.com/baton-go/baton/core/internal/name"
 )
 
 // MaxNameLength is the longest lock name, in bytes, that every provider
@@ -120,19 +121,9 @@ func (o AcquireOptions) Validate() error {
 // ValidateName reports whether name may be used as a lock name: 1 to
 // MaxNameLength bytes of valid UTF-8 with no NUL byte (PostgreSQL text cannot
 // hold one). Every provider calls it before touching its store.
-func ValidateName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: the name is empty", ErrInvalidName)
-	case len(name) > MaxNameLength:
-		return fmt.Errorf("%w: the name is %d bytes long, the limit is %d", ErrInvalidName, len(name), MaxNameLength)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: the name %q is not valid UTF-8", ErrInvalidName, name)
-	}
-	for i := 0; i < len(name); i++ {
-		if name[i] == 0 {
-			return fmt.Errorf("%w: the name %q contains a NUL byte", ErrInvalidName, name)
-		}
+func ValidateName(s string) error {
+	if p := name.Problem(s, MaxNameLength); p != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidName, p)
 	}
 	return nil
 }

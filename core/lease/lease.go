@@ -1,0 +1,126 @@
+package lease
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Lease is one role as seen by this instance. Its methods are safe for
+// concurrent use; IsHeld and the snapshots never do I/O.
+type Lease struct {
+	m    *Manager
+	role string
+
+	// validUntil is, in nanoseconds since m.base on the monotonic clock,
+	// the end of this instance's trust in its hold; 0 when not held.
+	validUntil atomic.Int64
+	token      atomic.Uint64
+	holder     atomic.Pointer[holderSnapshot]
+
+	mu       sync.Mutex // orders apply and Close
+	closed   bool
+	claimTok uint64 // the term to renew at the next heartbeat; 0 for none
+}
+
+type holderSnapshot struct {
+	id, address string
+}
+
+var noHolder = &holderSnapshot{}
+
+func newLease(m *Manager, role string) *Lease {
+	l := &Lease{m: m, role: role}
+	l.holder.Store(noHolder)
+	return l
+}
+
+// Role is the lease's role name.
+func (l *Lease) Role() string { return l.role }
+
+// IsHeld reports whether this instance holds the role right now. It is an
+// atomic read compared with the monotonic clock: it turns false on its own
+// when heartbeats stop succeeding, with no goroutine involved. Gate every
+// unit of leader-only work on it.
+func (l *Lease) IsHeld() bool {
+	v := l.validUntil.Load()
+	return v != 0 && int64(time.Since(l.m.base)) < v
+}
+
+// Token is the fencing token of the term this instance holds, or 0 when it
+// holds none. Every takeover increments it.
+func (l *Lease) Token() uint64 {
+	t := l.token.Load()
+	if !l.IsHeld() {
+		return 0
+	}
+	return t
+}
+
+// CurrentHolder is the instance ID of the role's holder as of the last
+// heartbeat ("" when unknown or free). It may lag a failover by one renew
+// interval; use IsHeld, not this, to decide whether to act.
+func (l *Lease) CurrentHolder() string { return l.holder.Load().id }
+
+// CurrentHolderAddress is the holder's advertised address as of the last
+// heartbeat, for routing. Same lag as CurrentHolder.
+func (l *Lease) CurrentHolderAddress() string { return l.holder.Load().address }
+
+// Close stops claiming the role: IsHeld is false from the moment Close is
+// called, then the row is released so another instance can take over at
+// once. The role is removed from the manager's registry.
+func (l *Lease) Close(ctx context.Context) error {
+	return l.m.closeLease(ctx, l)
+}
+
+// apply takes the outcome of a heartbeat that started at start.
+func (l *Lease) apply(rec Record, found bool, start time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		// Not trusted any more, but remember a term the store just gave
+		// us so that the release frees it.
+		if found && rec.Held {
+			l.claimTok = rec.Token
+		}
+		return
+	}
+	if found && rec.Held {
+		l.claimTok = rec.Token
+		l.token.Store(rec.Token)
+		l.validUntil.Store(int64(start + l.m.cfg.LeaseDuration - l.m.cfg.HeldSafetyMargin))
+	} else {
+		l.claimTok = 0
+		l.validUntil.Store(0)
+	}
+	if found {
+		l.holder.Store(&holderSnapshot{id: rec.Holder, address: rec.HolderAddress})
+	} else {
+		l.holder.Store(noHolder)
+	}
+}
+
+// claim is what the next heartbeat asks for this role.
+func (l *Lease) claim() (Claim, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Claim{Role: l.role, Token: l.claimTok}, !l.closed
+}
+
+// stop marks the lease closed: IsHeld is false from here on.
+func (l *Lease) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	l.validUntil.Store(0)
+}
+
+// takeClaim returns the term to release (0 for none) and forgets it.
+func (l *Lease) takeClaim() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	token := l.claimTok
+	l.claimTok = 0
+	return token
+}

@@ -1,0 +1,307 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ErrClosed is returned by a Manager's methods after Close.
+var ErrClosed = errors.New("baton/lease: manager closed")
+
+// watchRetryDelay is the pause before restarting a failed release watch.
+const watchRetryDelay = time.Second
+
+// Manager runs the heartbeat of one process: a single loop that renews or
+// takes every registered role in one store round trip per RenewInterval.
+// Register roles with Register or RegisterPartition, then Start it; Close
+// releases everything.
+type Manager struct {
+	cfg   Config
+	store Store
+	base  time.Time // monotonic origin of every lease's validUntil
+	reg   *Registry
+
+	beatMu sync.Mutex // one heartbeat or release at a time
+	wake   chan struct{}
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// NewManager validates cfg and returns a Manager that has not started.
+func NewManager(cfg Config) (*Manager, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Manager{
+		cfg:   cfg,
+		store: cfg.Store,
+		base:  time.Now(),
+		reg:   newRegistry(),
+		wake:  make(chan struct{}, 1),
+	}, nil
+}
+
+// InstanceID is this process's name in the lease table.
+func (m *Manager) InstanceID() string { return m.cfg.InstanceID }
+
+// Address is the address this instance advertises.
+func (m *Manager) Address() string { return m.cfg.Address }
+
+// Registry lists the manager's leases and partitions.
+func (m *Manager) Registry() *Registry { return m.reg }
+
+// Register adds a role to the heartbeat. It fails for an invalid role name
+// (ErrInvalidRole) or one already registered (ErrDuplicateRole). A role
+// registered after Start is claimed at once.
+func (m *Manager) Register(role string) (*Lease, error) {
+	if err := ValidateRole(role); err != nil {
+		return nil, err
+	}
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	l := newLease(m, role)
+	if err := m.reg.add(nil, l); err != nil {
+		return nil, err
+	}
+	m.poke()
+	return l, nil
+}
+
+// PartitionRole is the role name of partition i of the named partition set.
+func PartitionRole(name string, i int) string {
+	return name + ":partition-" + strconv.Itoa(i)
+}
+
+// MaxPartitions bounds RegisterPartition's count.
+const MaxPartitions = 4096
+
+// RegisterPartition registers count roles named {name}:partition-0 to
+// {name}:partition-{count-1}. Every generated name is validated before any
+// is registered: it registers all of them or none.
+func (m *Manager) RegisterPartition(name string, count int) (*Partition, error) {
+	if name == "" {
+		return nil, fmt.Errorf("%w: the partition name is empty", ErrInvalidRole)
+	}
+	if count < 1 || count > MaxPartitions {
+		return nil, fmt.Errorf("%w: partition %q: count is %d; it must be between 1 and %d", ErrInvalidConfig, name, count, MaxPartitions)
+	}
+	if last := PartitionRole(name, count-1); len(last) > MaxRoleLength {
+		return nil, fmt.Errorf("%w: partition %q: its role names run up to %q, %d bytes, over the %d-byte limit",
+			ErrInvalidRole, name, last, len(last), MaxRoleLength)
+	}
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	p := &Partition{name: name, leases: make([]*Lease, count)}
+	for i := range count {
+		role := PartitionRole(name, i)
+		if err := ValidateRole(role); err != nil {
+			return nil, fmt.Errorf("partition %q: %w", name, err)
+		}
+		p.leases[i] = newLease(m, role)
+	}
+	if err := m.reg.add(p, p.leases...); err != nil {
+		return nil, err
+	}
+	m.poke()
+	return p, nil
+}
+
+func (m *Manager) checkOpen() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Start begins the heartbeat (and, when the store can announce releases,
+// the watch for them). The goroutines run until Close; ctx only carries
+// values and is not watched.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.closed:
+		return ErrClosed
+	case m.started:
+		return errors.New("baton/lease: manager already started")
+	}
+	m.started = true
+	ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	m.wg.Add(1)
+	go m.heartbeatLoop(ctx)
+	if w, ok := m.store.(ReleaseWatcher); ok {
+		m.wg.Add(1)
+		go m.watchLoop(ctx, w)
+	}
+	return nil
+}
+
+// Close stops the heartbeat, then releases every role this instance holds so
+// others can take over at once. Every lease's IsHeld is false by the time
+// the first release is sent. It returns the first release error.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	cancel := m.cancel
+	m.mu.Unlock()
+
+	leases := m.reg.all()
+	for _, l := range leases {
+		l.stop() // stop claiming first, everywhere
+	}
+	if cancel != nil {
+		cancel()
+	}
+	m.wg.Wait()
+	var first error
+	for _, l := range leases {
+		if err := m.release(ctx, l); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// closeLease stops claiming l and releases its row.
+func (m *Manager) closeLease(ctx context.Context, l *Lease) error {
+	l.stop()
+	return m.release(ctx, l)
+}
+
+// release removes a stopped lease from the heartbeat and ends its term.
+func (m *Manager) release(ctx context.Context, l *Lease) error {
+	// Hold the heartbeat lock so no heartbeat that still carries this role
+	// is in flight, and so the term released is the latest the store gave
+	// us (a heartbeat in flight at stop may have just taken the role).
+	m.beatMu.Lock()
+	defer m.beatMu.Unlock()
+	m.reg.remove(l)
+	token := l.takeClaim()
+	if token == 0 {
+		return nil
+	}
+	released, err := m.store.Release(ctx, l.role, m.cfg.InstanceID, token)
+	if err != nil {
+		return fmt.Errorf("baton/lease: release %q: %w", l.role, err)
+	}
+	if !released {
+		m.cfg.Logger.Info("role was no longer ours at release", "role", l.role, "token", token)
+	}
+	return nil
+}
+
+// poke asks for a heartbeat now, without waiting for the next tick.
+func (m *Manager) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Manager) heartbeatLoop(ctx context.Context) {
+	defer m.wg.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-m.wake:
+		}
+		select { // this heartbeat answers a pending wake too
+		case <-m.wake:
+		default:
+		}
+		m.heartbeat(ctx)
+		t.Reset(m.cfg.RenewInterval)
+	}
+}
+
+// heartbeat renews or takes every registered role in one store call.
+func (m *Manager) heartbeat(ctx context.Context) {
+	m.beatMu.Lock()
+	defer m.beatMu.Unlock()
+
+	leases := m.reg.all()
+	claims := make([]Claim, 0, len(leases))
+	for i := 0; i < len(leases); {
+		c, open := leases[i].claim()
+		if !open {
+			leases = slices.Delete(leases, i, i+1)
+			continue
+		}
+		claims = append(claims, c)
+		i++
+	}
+	if len(claims) == 0 {
+		return
+	}
+	start := time.Since(m.base)
+	hctx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
+	recs, err := m.store.Heartbeat(hctx, HeartbeatRequest{
+		Holder:        m.cfg.InstanceID,
+		Address:       m.cfg.Address,
+		LeaseDuration: m.cfg.LeaseDuration,
+		Claims:        claims,
+	})
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.cfg.Logger.Warn("lease heartbeat failed; held roles expire locally unless a later one succeeds",
+				"roles", len(claims), "err", err)
+		}
+		return
+	}
+	byRole := make(map[string]Record, len(recs))
+	for _, r := range recs {
+		byRole[r.Role] = r
+	}
+	for _, l := range leases {
+		rec, found := byRole[l.role]
+		was := l.validUntil.Load() != 0
+		l.apply(rec, found, start)
+		if now := rec.Held && found; now != was {
+			m.cfg.Logger.Info("role changed", "role", l.role, "held", now, "token", rec.Token, "holder", rec.Holder)
+		}
+	}
+}
+
+func (m *Manager) watchLoop(ctx context.Context, w ReleaseWatcher) {
+	defer m.wg.Done()
+	for {
+		err := w.WatchReleases(ctx, func(role string) {
+			if l, ok := m.reg.Lease(role); ok && !l.IsHeld() {
+				m.poke()
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		m.cfg.Logger.Warn("watching lease releases failed; takeovers wait for the next heartbeat", "err", err)
+		t := time.NewTimer(watchRetryDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

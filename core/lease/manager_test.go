@@ -1,0 +1,330 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/baton-go/baton/core/lease"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	testLease   = 10 * time.Second
+	testRenew   = 2 * time.Second
+	testMargin  = time.Second
+	testTrusted = testLease - testMargin
+)
+
+func newManager(t *testing.T, store lease.Store, id string) *lease.Manager {
+	t.Helper()
+	m, err := lease.NewManager(lease.Config{
+		Store: store, InstanceID: id, Address: "http://" + id,
+		LeaseDuration: testLease, RenewInterval: testRenew, HeldSafetyMargin: testMargin,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+func register(t *testing.T, m *lease.Manager, role string) *lease.Lease {
+	t.Helper()
+	l, err := m.Register(role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func start(t *testing.T, m *lease.Manager) {
+	t.Helper()
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestManager_FirstInstanceTakesAFreeRoleAtStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		m := newManager(t, store, "a")
+		l := register(t, m, "maintenance")
+		if l.IsHeld() {
+			t.Fatal("held before the manager started")
+		}
+		start(t, m)
+		synctest.Wait()
+		if !l.IsHeld() || l.Token() != 1 || l.CurrentHolder() != "a" || l.CurrentHolderAddress() != "http://a" {
+			t.Fatalf("after start: held=%v token=%d holder=%q address=%q", l.IsHeld(), l.Token(), l.CurrentHolder(), l.CurrentHolderAddress())
+		}
+	})
+}
+
+func TestManager_SecondInstanceSeesTheHolderAndDoesNotHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		a, b := newManager(t, store, "a"), newManager(t, store, "b")
+		la, lb := register(t, a, "maintenance"), register(t, b, "maintenance")
+		start(t, a)
+		synctest.Wait()
+		start(t, b)
+		time.Sleep(time.Minute)
+		if !la.IsHeld() || lb.IsHeld() {
+			t.Fatalf("held: a=%v b=%v", la.IsHeld(), lb.IsHeld())
+		}
+		if lb.CurrentHolder() != "a" || lb.CurrentHolderAddress() != "http://a" || lb.Token() != 0 {
+			t.Fatalf("b sees holder %q at %q, token %d", lb.CurrentHolder(), lb.CurrentHolderAddress(), lb.Token())
+		}
+	})
+}
+
+func TestManager_OneHeartbeatPerTickCoversEveryRole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		one := newManager(t, store, "one")
+		register(t, one, "solo")
+		many := newManager(t, store, "many")
+		if _, err := many.RegisterPartition("devices", 64); err != nil {
+			t.Fatal(err)
+		}
+		start(t, one)
+		start(t, many)
+		synctest.Wait()
+		time.Sleep(10*testRenew - time.Millisecond)
+		synctest.Wait()
+		a, b := store.heartbeats("one"), store.heartbeats("many")
+		if a != 10 || b != 10 {
+			t.Fatalf("store calls in 10 ticks: 1 role %d, 64 partitions %d; want 10 each", a, b)
+		}
+	})
+}
+
+func TestLease_IsHeldEndsOnItsOwnWhenTheStoreIsUnreachable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		m := newManager(t, store, "a")
+		l := register(t, m, "maintenance")
+		start(t, m)
+		synctest.Wait()
+		time.Sleep(3 * testRenew) // a few good renewals
+		synctest.Wait()
+		store.cut("a", true)
+		lastGood := time.Now() // the last success started at this tick
+		for l.IsHeld() {
+			time.Sleep(time.Millisecond)
+		}
+		if got := time.Since(lastGood); got != testTrusted {
+			t.Fatalf("IsHeld turned false %v after the last good renewal started, want LeaseDuration-HeldSafetyMargin = %v", got, testTrusted)
+		}
+		if l.Token() != 0 {
+			t.Fatal("Token is non-zero while not held")
+		}
+	})
+}
+
+func TestLease_IsHeldEndsOnItsOwnWhenHeartbeatsHang(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		m := newManager(t, store, "a")
+		l := register(t, m, "maintenance")
+		start(t, m)
+		synctest.Wait()
+		lastGood := time.Now()
+		undo := store.hang("a")
+		defer undo()
+		for l.IsHeld() {
+			time.Sleep(time.Millisecond)
+		}
+		if got := time.Since(lastGood); got != testTrusted {
+			t.Fatalf("IsHeld turned false after %v, want %v", got, testTrusted)
+		}
+	})
+}
+
+func TestManager_SuccessorTakesOverAfterTheHolderStopsHeartbeating(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		a, b := newManager(t, store, "a"), newManager(t, store, "b")
+		la, lb := register(t, a, "maintenance"), register(t, b, "maintenance")
+		start(t, a)
+		synctest.Wait()
+		start(t, b)
+		synctest.Wait()
+		store.cut("a", true) // a is alive but can no longer reach the store
+		stopped := time.Now()
+		for !lb.IsHeld() {
+			if la.IsHeld() && lb.IsHeld() {
+				t.Fatal("two holders")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if took := time.Since(stopped); took > testLease+testRenew {
+			t.Fatalf("successor took over after %v, want within LeaseDuration+RenewInterval (%v)", took, testLease+testRenew)
+		}
+		if la.IsHeld() {
+			t.Fatal("the cut-off holder still believes it holds")
+		}
+		if lb.Token() != 2 {
+			t.Fatalf("successor token %d, want 2", lb.Token())
+		}
+	})
+}
+
+func TestLease_CloseReleasesAndAWatchingManagerTakesOverAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := watchingStore{newFakeStore()}
+		a, b := newManager(t, store, "a"), newManager(t, store, "b")
+		la, lb := register(t, a, "maintenance"), register(t, b, "maintenance")
+		start(t, a)
+		synctest.Wait()
+		start(t, b)
+		synctest.Wait()
+		time.Sleep(testRenew / 2)
+		closed := time.Now()
+		if err := la.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if la.IsHeld() {
+			t.Fatal("IsHeld after Close")
+		}
+		synctest.Wait()
+		if !lb.IsHeld() {
+			t.Fatal("the waiting manager did not take the released role at once")
+		}
+		if time.Since(closed) != 0 {
+			t.Fatalf("takeover took %v of fake time, want none", time.Since(closed))
+		}
+		if _, ok := a.Registry().Lease("maintenance"); ok {
+			t.Fatal("a closed lease is still registered")
+		}
+	})
+}
+
+func TestManager_CloseReleasesEveryRole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		a := newManager(t, store, "a")
+		register(t, a, "x")
+		register(t, a, "y")
+		start(t, a)
+		synctest.Wait()
+		if err := a.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		b := newManager(t, store, "b")
+		lx, ly := register(t, b, "x"), register(t, b, "y")
+		start(t, b)
+		synctest.Wait()
+		if !lx.IsHeld() || !ly.IsHeld() {
+			t.Fatal("roles were not free right after the holder's Close")
+		}
+		if lx.Token() != 2 {
+			t.Fatalf("token after a release %d, want 2 (the next term)", lx.Token())
+		}
+		if _, err := a.Register("z"); !errors.Is(err, lease.ErrClosed) {
+			t.Fatalf("Register after Close: %v", err)
+		}
+	})
+}
+
+func TestLease_RenewalKeepsTheTokenAndTakeoverBumpsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		a := newManager(t, store, "a")
+		la := register(t, a, "r")
+		start(t, a)
+		synctest.Wait()
+		time.Sleep(5 * testRenew)
+		if la.Token() != 1 {
+			t.Fatalf("token after renewals %d, want 1", la.Token())
+		}
+		store.cut("a", true)
+		time.Sleep(testLease + testRenew)
+		store.cut("a", false)
+		time.Sleep(testRenew)
+		synctest.Wait()
+		if !la.IsHeld() || la.Token() != 2 {
+			t.Fatalf("after its own lease expired and it took the role again: held=%v token=%d, want a new term (2)", la.IsHeld(), la.Token())
+		}
+	})
+}
+
+func TestNewManager_RejectsUnsafeTimings(t *testing.T) {
+	store := newFakeStore()
+	for name, cfg := range map[string]lease.Config{
+		"lease not above renew+margin": {Store: store, LeaseDuration: 5 * time.Second, RenewInterval: 3 * time.Second, HeldSafetyMargin: 2 * time.Second},
+		"negative renew":               {Store: store, RenewInterval: -time.Second},
+		"negative margin":              {Store: store, HeldSafetyMargin: -time.Second},
+		"no store":                     {},
+		"instance id with NUL":         {Store: store, InstanceID: "a\x00b"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := lease.NewManager(cfg)
+			if !errors.Is(err, lease.ErrInvalidConfig) {
+				t.Fatalf("err = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+	_, err := lease.NewManager(lease.Config{Store: store, LeaseDuration: 5 * time.Second, RenewInterval: 3 * time.Second, HeldSafetyMargin: 2 * time.Second})
+	for _, field := range []string{"LeaseDuration", "RenewInterval", "HeldSafetyMargin"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("error %q does not name %s", err, field)
+		}
+	}
+}
+
+func TestRegister_RejectsBadAndDuplicateRolesAndStartsNothing(t *testing.T) {
+	store := newFakeStore()
+	m, err := lease.NewManager(lease.Config{Store: store, InstanceID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	for what, role := range map[string]string{"empty": "", "129 bytes": strings.Repeat("r", 129)} {
+		if _, err := m.Register(role); !errors.Is(err, lease.ErrInvalidRole) {
+			t.Errorf("%s role: err = %v, want ErrInvalidRole", what, err)
+		}
+	}
+	if _, err := m.Register(strings.Repeat("r", 128)); err != nil {
+		t.Errorf("a 128-byte role: %v", err)
+	}
+	if _, err := m.Register("dup"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Register("dup"); !errors.Is(err, lease.ErrDuplicateRole) {
+		t.Errorf("duplicate role: err = %v, want ErrDuplicateRole", err)
+	}
+	// A partition whose generated names would overflow registers nothing.
+	long := strings.Repeat("p", 128-len(":partition-9"))
+	if _, err := m.RegisterPartition(long, 10); err != nil {
+		t.Fatalf("names up to exactly 128 bytes: %v", err)
+	}
+	if _, err := m.RegisterPartition(long+"x", 10); !errors.Is(err, lease.ErrInvalidRole) {
+		t.Errorf("overflowing partition: err = %v, want ErrInvalidRole", err)
+	}
+	if _, ok := m.Registry().Lease(long + "x:partition-0"); ok {
+		t.Error("an invalid partition registered some of its roles")
+	}
+	// A partition clashing with a registered role registers none of its roles.
+	if _, err := m.Register("clash:partition-3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.RegisterPartition("clash", 8); !errors.Is(err, lease.ErrDuplicateRole) {
+		t.Errorf("clashing partition: err = %v, want ErrDuplicateRole", err)
+	}
+	if _, ok := m.Registry().Lease("clash:partition-0"); ok {
+		t.Error("a clashing partition registered some of its roles")
+	}
+	if n := store.heartbeats("a"); n != 0 {
+		t.Errorf("%d heartbeats before Start", n)
+	}
+	if _, err := m.RegisterPartition("zero", 0); !errors.Is(err, lease.ErrInvalidConfig) {
+		t.Errorf("zero partitions: err = %v", err)
+	}
+}
