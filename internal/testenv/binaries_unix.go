@@ -1,0 +1,400 @@
+//go:build unix
+
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Throwaway servers: started from the binaries installed on this machine,
+// in a temporary directory, on a free port of 127.0.0.1, with durability
+// switched off. They die with the test binary (parent-death signal on Linux)
+// and are stopped, and their directory removed, by Main.
+
+const (
+	// dirPrefix names the temporary directories of throwaway servers, so that
+	// ones left behind by a killed test binary can be recognised and removed.
+	dirPrefix = "baton-testenv-"
+	// ownerFile in such a directory holds the pid of the test binary.
+	ownerFile = "owner.pid"
+
+	postgresStartTimeout = 60 * time.Second
+	redisStartTimeout    = 20 * time.Second
+	stopGrace            = 15 * time.Second
+)
+
+// postgresVersionDirs is where Debian and Ubuntu install PostgreSQL server
+// binaries, one directory per major version.
+const postgresVersionDirs = "/usr/lib/postgresql/*/bin"
+
+func startPostgresBinaries() (running, error) {
+	initdb, postgres, err := postgresBinaries()
+	if err != nil {
+		return running{}, err
+	}
+	cred, err := serverCredential()
+	if err != nil {
+		return running{}, err
+	}
+	dir, err := serverDir("pg", cred)
+	if err != nil {
+		return running{}, err
+	}
+	data := filepath.Join(dir, "data")
+
+	init := exec.Command(initdb, "--pgdata="+data, "--username=postgres", "--auth=trust",
+		"--encoding=UTF8", "--locale=C", "--no-sync")
+	init.Dir = dir
+	init.SysProcAttr = procAttr(cred, 0)
+	if out, err := init.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return running{}, fmt.Errorf("%s: %v%s", initdb, err, tailSection("initdb output", string(out)))
+	}
+
+	// PostgreSQL limits a socket path to about 100 bytes; without a socket
+	// directory it listens on TCP only, which is all the tests use.
+	sockets := dir
+	if len(dir)+len("/.s.PGSQL.65535") >= 100 {
+		sockets = ""
+	}
+	logPath := filepath.Join(dir, "postgres.log")
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return running{}, err
+		}
+		cmd := exec.Command(postgres, "-D", data, "-p", strconv.Itoa(port),
+			"-c", "listen_addresses=127.0.0.1",
+			"-c", "unix_socket_directories="+sockets,
+			"-c", "fsync=off",
+			"-c", "synchronous_commit=off",
+			"-c", "full_page_writes=off",
+			"-c", "max_connections=200")
+		cmd.Dir = dir
+		// SIGQUIT is PostgreSQL's immediate shutdown: the postmaster takes
+		// its backends down with it.
+		cmd.SysProcAttr = procAttr(cred, syscall.SIGQUIT)
+		url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+		p, err := launchLogged(cmd, logPath, syscall.SIGINT) // SIGINT: fast shutdown
+		if err != nil {
+			os.RemoveAll(dir)
+			return running{}, fmt.Errorf("%s: %w", postgres, err)
+		}
+		err = p.waitReady(postgresStartTimeout, func(ctx context.Context) error { return pingPostgresCtx(ctx, url) })
+		if err == nil {
+			return running{
+				srv:  server{addr: url, tier: tierThrowaway, pid: p.pid(), dir: dir},
+				stop: func() error { return p.stopAndRemove(dir) },
+			}, nil
+		}
+		p.stop()
+		tail := logTail(logPath)
+		if attempt < 3 && strings.Contains(tail, "already in use") {
+			continue // lost the port to someone else between choosing and binding it
+		}
+		os.RemoveAll(dir)
+		return running{}, fmt.Errorf("%s on port %d: %v%s", postgres, port, err, tailSection("server log", tail))
+	}
+}
+
+func startRedisBinary() (running, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return running{}, errors.New("no redis-server on PATH")
+	}
+	dir, err := serverDir("redis", nil)
+	if err != nil {
+		return running{}, err
+	}
+	logPath := filepath.Join(dir, "redis.log")
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return running{}, err
+		}
+		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no")
+		cmd.Dir = dir
+		cmd.SysProcAttr = procAttr(nil, syscall.SIGKILL)
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		p, err := launchLogged(cmd, logPath, syscall.SIGTERM)
+		if err != nil {
+			os.RemoveAll(dir)
+			return running{}, fmt.Errorf("%s: %w", bin, err)
+		}
+		err = p.waitReady(redisStartTimeout, func(ctx context.Context) error { return pingRedisCtx(ctx, addr) })
+		if err == nil {
+			return running{
+				srv:  server{addr: addr, tier: tierThrowaway, pid: p.pid(), dir: dir},
+				stop: func() error { return p.stopAndRemove(dir) },
+			}, nil
+		}
+		p.stop()
+		tail := logTail(logPath)
+		if attempt < 3 && strings.Contains(tail, "already in use") {
+			continue
+		}
+		os.RemoveAll(dir)
+		return running{}, fmt.Errorf("%s on port %d: %v%s", bin, port, err, tailSection("server log", tail))
+	}
+}
+
+// postgresBinaries finds initdb and postgres of one installation: on PATH
+// first, then under postgresVersionDirs, highest version first.
+func postgresBinaries() (initdb, postgres string, err error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dirs := []string{filepath.Dir(p)}
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			dirs = append(dirs, filepath.Dir(real))
+		}
+		for _, d := range dirs {
+			if pg := filepath.Join(d, "postgres"); isExecutable(pg) {
+				return p, pg, nil
+			}
+		}
+	}
+	dirs, _ := filepath.Glob(postgresVersionDirs)
+	slices.SortFunc(dirs, func(a, b string) int {
+		return compareVersions(filepath.Base(filepath.Dir(b)), filepath.Base(filepath.Dir(a)))
+	})
+	for _, d := range dirs {
+		initdb, postgres := filepath.Join(d, "initdb"), filepath.Join(d, "postgres")
+		if isExecutable(initdb) && isExecutable(postgres) {
+			return initdb, postgres, nil
+		}
+	}
+	return "", "", fmt.Errorf("no initdb and postgres on PATH or in %s", postgresVersionDirs)
+}
+
+// compareVersions compares dotted numeric versions ("9.6" < "15").
+func compareVersions(a, b string) int {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) || i < len(bs); i++ {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return x - y
+		}
+	}
+	return strings.Compare(a, b)
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// serverCredential returns the user PostgreSQL runs as: nil (this process's
+// user) unless this process is root, which PostgreSQL refuses to run as; then
+// the postgres system user if there is one, else nobody.
+func serverCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	}
+	return nil, errors.New("running as root, and there is neither a postgres nor a nobody user to run PostgreSQL as")
+}
+
+var sweepOnce sync.Once
+
+// serverDir makes the temporary directory of one throwaway server, owned by
+// cred's user when cred is set.
+func serverDir(kind string, cred *syscall.Credential) (string, error) {
+	sweepOnce.Do(sweepStaleDirs)
+	dir, err := os.MkdirTemp("", dirPrefix+kind+"-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// sweepStaleDirs removes the directories of throwaway servers whose test
+// binary is gone (killed before Main could clean up).
+func sweepStaleDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(dir)
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// proc is a server process this test binary started.
+type proc struct {
+	cmd     *exec.Cmd
+	stopSig syscall.Signal
+	exited  chan struct{} // closed once the process has exited and been reaped
+}
+
+// launchLogged starts cmd with its output going to a fresh file at logPath.
+// stopSig asks the server to shut down cleanly.
+//
+// The parent-death signal (procAttr) is tied to the OS thread that started
+// the child, not to the process, so the goroutine that starts it stays locked
+// to its thread until the child has exited: that thread cannot end under it.
+func launchLogged(cmd *exec.Cmd, logPath string, stopSig syscall.Signal) (*proc, error) {
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child holds its own copy
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+
+	p := &proc{cmd: cmd, stopSig: stopSig, exited: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer close(p.exited)
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// waitReady polls ping until it succeeds, the process exits, or timeout.
+func (p *proc) waitReady(timeout time.Duration, ping func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := ping(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("exited before accepting connections (%v)", p.cmd.ProcessState)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not accepting connections after %v: %w", timeout, err)
+		}
+	}
+}
+
+// stop asks the process to shut down, kills it after stopGrace, and waits
+// until it is gone.
+func (p *proc) stop() error {
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(p.stopSig)
+	grace := time.NewTimer(stopGrace)
+	defer grace.Stop()
+	select {
+	case <-p.exited:
+		return nil
+	case <-grace.C:
+	}
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(stopGrace):
+		return fmt.Errorf("process %d did not exit after SIGKILL", p.pid())
+	}
+}
+
+func (p *proc) stopAndRemove(dir string) error {
+	err := p.stop()
+	if err != nil {
+		return err // leave the directory of a process that may still use it
+	}
+	return os.RemoveAll(dir)
+}
+
+// logTail returns the last lines of a server's log.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return lastLines(string(b), 20)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func tailSection(title, text string) string {
+	text = lastLines(text, 20)
+	if strings.TrimSpace(text) == "" {
+		return ""
+	}
+	return "\n--- " + title + " (last lines) ---\n" + text + "\n---"
+}
