@@ -1,0 +1,199 @@
+package holder
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults for Options.
+const (
+	// DefaultRetryAfter is the Retry-After of a 503: long enough for a
+	// heartbeat to refresh the holder snapshot, short enough that a client
+	// retrying after it usually lands after a failover settled.
+	DefaultRetryAfter = time.Second
+	// DefaultDialTimeout bounds connecting to the holder. Instances of one
+	// service sit on one network; a holder that does not accept a
+	// connection within it is treated as gone.
+	DefaultDialTimeout = 2 * time.Second
+	// DefaultResponseHeaderTimeout bounds the wait for the holder's
+	// response headers (streams count from their first headers, not their
+	// end). Handlers that work longer before answering need a larger value.
+	DefaultResponseHeaderTimeout = 10 * time.Second
+)
+
+// LoopGuardHeader marks a forwarded request. Its value is the forwarding
+// instance's Options.Self (or its host name when Self is empty), for
+// diagnostics; its presence is what counts: a request carrying it is never
+// forwarded again and never runs on a non-holder.
+const LoopGuardHeader = "Baton-Forwarded-By"
+
+// ErrInvalidConfig is returned, wrapped with the field and the reason, by
+// the constructors for arguments or Options they cannot run with.
+var ErrInvalidConfig = errors.New("baton/holder: invalid configuration")
+
+// Options tunes the proxy. The zero value is ready to use.
+type Options struct {
+	// Transport sends forwarded requests. nil means a clone of
+	// http.DefaultTransport with DialTimeout and ResponseHeaderTimeout
+	// applied and no HTTP(S)_PROXY from the environment (instances talk to
+	// each other directly). When set, configure its timeouts there: DialTimeout and
+	// ResponseHeaderTimeout must then be zero.
+	Transport http.RoundTripper
+	// DialTimeout bounds connecting to the holder (default
+	// DefaultDialTimeout). Only for the default Transport.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait, after the request was sent,
+	// for the holder's response headers (default
+	// DefaultResponseHeaderTimeout). Only for the default Transport.
+	ResponseHeaderTimeout time.Duration
+	// RetryAfter is sent with every 503, rounded up to whole seconds
+	// (default DefaultRetryAfter).
+	RetryAfter time.Duration
+	// Self is this instance's advertised address, the lease.Config.Address
+	// given to its manager. With it, a snapshot that still names this
+	// instance while it does not hold the lease (a failover race) is
+	// answered 503 at once; without it, the request makes one hop to
+	// ourselves and the loop guard answers 503 there.
+	Self string
+	// Logger receives forwarding decisions and holder errors. nil discards.
+	Logger *slog.Logger
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
+
+// resolved is Options after validation and defaults.
+type resolved struct {
+	transport  http.RoundTripper
+	retryAfter string // header value, whole seconds
+	self       string // addressKey of Options.Self; "" when unknown
+	guard      string // LoopGuardHeader value
+	log        *slog.Logger
+	prefixes   []string
+}
+
+func (o Options) resolve(prefixes []string) (*resolved, error) {
+	switch {
+	case o.RetryAfter < 0:
+		return nil, invalid("Options.RetryAfter is %v; it must not be negative", o.RetryAfter)
+	case o.DialTimeout < 0:
+		return nil, invalid("Options.DialTimeout is %v; it must not be negative", o.DialTimeout)
+	case o.ResponseHeaderTimeout < 0:
+		return nil, invalid("Options.ResponseHeaderTimeout is %v; it must not be negative", o.ResponseHeaderTimeout)
+	case o.Transport != nil && (o.DialTimeout != 0 || o.ResponseHeaderTimeout != 0):
+		return nil, invalid("Options.DialTimeout and Options.ResponseHeaderTimeout apply to the default transport only; " +
+			"set the timeouts on Options.Transport instead")
+	}
+	ps, err := checkPrefixes(prefixes)
+	if err != nil {
+		return nil, err
+	}
+	r := &resolved{prefixes: ps, log: o.Logger}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if o.Self != "" {
+		u, err := parseAddress(o.Self, false)
+		if err != nil {
+			return nil, invalid("Options.Self: %v", err)
+		}
+		r.self = addressKey(u)
+		r.guard = o.Self
+	} else {
+		r.guard, _ = os.Hostname()
+		if r.guard == "" || strings.ContainsAny(r.guard, "\r\n") {
+			r.guard = "unknown"
+		}
+	}
+	retry := o.RetryAfter
+	if retry == 0 {
+		retry = DefaultRetryAfter
+	}
+	r.retryAfter = strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10)
+
+	r.transport = o.Transport
+	if r.transport == nil {
+		dial, header := o.DialTimeout, o.ResponseHeaderTimeout
+		if dial == 0 {
+			dial = DefaultDialTimeout
+		}
+		if header == 0 {
+			header = DefaultResponseHeaderTimeout
+		}
+		r.transport = defaultTransport(dial, header)
+	}
+	return r, nil
+}
+
+func defaultTransport(dial, header time.Duration) http.RoundTripper {
+	var t *http.Transport
+	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = dt.Clone()
+	} else {
+		t = &http.Transport{Proxy: http.ProxyFromEnvironment}
+	}
+	// Instances talk to each other directly: an HTTP(S)_PROXY meant for
+	// outbound traffic must not sit between them.
+	t.Proxy = nil
+	d := &net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}
+	t.DialContext = d.DialContext
+	t.TLSHandshakeTimeout = dial
+	t.ResponseHeaderTimeout = header
+	return t
+}
+
+// checkPrefixes validates path prefixes and returns them without trailing
+// slashes ("/" stays "/", meaning every path).
+func checkPrefixes(prefixes []string) ([]string, error) {
+	if len(prefixes) == 0 {
+		return nil, invalid("prefixes: none given; pass at least one path prefix such as \"/maintenance\"")
+	}
+	out := make([]string, 0, len(prefixes))
+	for _, p := range prefixes {
+		if !strings.HasPrefix(p, "/") {
+			return nil, invalid("prefixes: %q does not start with \"/\"", p)
+		}
+		if p != "/" {
+			p = strings.TrimSuffix(p, "/")
+		}
+		if path.Clean(p) != p || strings.ContainsAny(p, "?#") {
+			return nil, invalid("prefixes: %q is not a clean path (no \"//\", \".\", \"..\", \"?\" or \"#\")", p)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// covers reports whether the request path is under one of the prefixes. Both
+// the path as sent and its cleaned form are checked, so that a router that
+// cleans paths ("/x/../maintenance") cannot reach a covered handler locally.
+func (r *resolved) covers(p string) bool {
+	if r.match(p) {
+		return true
+	}
+	if c := path.Clean("/" + p); c != p {
+		return r.match(c)
+	}
+	return false
+}
+
+func (r *resolved) match(p string) bool {
+	for _, pre := range r.prefixes {
+		if pre == "/" {
+			return true
+		}
+		if strings.HasPrefix(p, pre) && (len(p) == len(pre) || p[len(pre)] == '/') {
+			return true
+		}
+	}
+	return false
+}
