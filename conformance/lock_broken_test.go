@@ -1,14 +1,9 @@
 package conformance_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"os"
-	"os/exec"
-	"regexp"
-	"sort"
 	"testing"
 	"time"
 
@@ -17,10 +12,8 @@ import (
 	"github.com/baton-go/baton/locks/memory"
 )
 
-// The suite is only worth something if it fails broken providers. Each case
-// below wraps the memory provider with one defect; the suite runs against it
-// in a child process (a failing suite must not fail this test binary), and
-// the parent asserts the defect was caught by the subtest named for it.
+// Each case below wraps the memory lock provider with one defect; see
+// brokenChild for how the suite is run against it.
 
 const brokenEnv = "BATON_CONFORMANCE_BROKEN"
 
@@ -77,8 +70,6 @@ func TestBrokenProviderChild(t *testing.T) {
 	}, conformance.LockFeatures{LossDetection: time.Second})
 }
 
-var subtestResult = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): TestBrokenProviderChild/(\w+)`)
-
 func TestRunLockProvider_CatchesBrokenProviders(t *testing.T) {
 	if os.Getenv(brokenEnv) != "" {
 		t.Skip("child process")
@@ -86,38 +77,10 @@ func TestRunLockProvider_CatchesBrokenProviders(t *testing.T) {
 	for kind, bp := range brokenProviders {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenProviderChild$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), brokenEnv+"="+kind)
-			out, err := cmd.CombinedOutput()
-			var exitErr *exec.ExitError
-			if !errors.As(err, &exitErr) {
-				t.Fatalf("the suite passed a provider whose %s (err=%v); output:\n%s", kind, err, out)
-			}
-			results := map[string]string{}
-			sc := bufio.NewScanner(bytes.NewReader(out))
-			for sc.Scan() {
-				if m := subtestResult.FindStringSubmatch(sc.Text()); m != nil {
-					results[m[2]] = m[1]
-				}
-			}
-			for _, name := range bp.mustCatch {
-				if results[name] != "FAIL" {
-					t.Errorf("subtest %s did not catch %s (result %q)", name, kind, results[name])
-				}
-			}
-			for _, name := range bp.mustPassAt {
-				if results[name] != "PASS" {
-					t.Errorf("subtest %s should pass for %s but got %q", name, kind, results[name])
-				}
-			}
-			if t.Failed() {
-				names := make([]string, 0, len(results))
-				for n, r := range results {
-					names = append(names, n+"="+r)
-				}
-				sort.Strings(names)
-				t.Logf("child results: %v\noutput:\n%s", names, out)
-			}
+			brokenChild{
+				Test: "TestBrokenProviderChild", Env: brokenEnv, Kind: kind, What: "provider",
+				MustCatch: bp.mustCatch, MustPassAt: bp.mustPassAt,
+			}.run(t)
 		})
 	}
 }

@@ -158,7 +158,7 @@ func TestMigrateCreatesTablesInTheCurrentSchemaAndLogsEachMigration(t *testing.T
 
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
 
-	want := []string{"baton_lock_fences", migrationsTable}
+	want := expectedTableNames()
 	slices.Sort(want)
 	if got := tablesIn(t, ctx, env, env.Schema); !slices.Equal(got, want) {
 		t.Errorf("tables in %s = %q, want %q", env.Schema, got, want)
@@ -258,7 +258,7 @@ func TestMigrateCreatesAndUsesASchemaNameNeedingQuotes(t *testing.T) {
 	if !schemaExists(t, ctx, env, schema) {
 		t.Fatalf("Migrate did not create schema %q", schema)
 	}
-	want := []string{"baton_lock_fences", migrationsTable}
+	want := expectedTableNames()
 	if got := tablesIn(t, ctx, env, schema); !slices.Equal(got, want) {
 		t.Errorf("tables in %q = %q, want %q", schema, got, want)
 	}
@@ -651,4 +651,15 @@ func TestMigrateAndVerifyAcceptAPgxConn(t *testing.T) {
 	if err := VerifySchema(ctx, conn, VerifyOptions{}); err != nil {
 		t.Errorf("VerifySchema: %v", err)
 	}
+}
+
+// expectedTableNames is every table Migrate creates: the expected shape plus
+// the version table, sorted.
+func expectedTableNames() []string {
+	names := []string{migrationsTable}
+	for _, tbl := range expectedShape {
+		names = append(names, tbl.Name)
+	}
+	slices.Sort(names)
+	return names
 }

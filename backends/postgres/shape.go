@@ -44,4 +44,19 @@ var expectedShape = []tableShape{
 			{Name: "baton_lock_fences_pkey", Columns: []string{"name"}, Unique: true},
 		},
 	},
+	{ // 0002_role_leases
+		Name: "baton_role_leases",
+		Columns: []columnShape{
+			{Name: "role", Type: "text", NotNull: true},
+			{Name: "holder", Type: "text", NotNull: true},
+			{Name: "holder_address", Type: "text", NotNull: true},
+			{Name: "token", Type: "bigint", NotNull: true},
+			{Name: "acquired_at", Type: "timestamp with time zone", NotNull: true},
+			{Name: "renewed_at", Type: "timestamp with time zone", NotNull: true},
+			{Name: "expires_at", Type: "timestamp with time zone", NotNull: true},
+		},
+		Indexes: []indexShape{
+			{Name: "baton_role_leases_pkey", Columns: []string{"role"}, Unique: true},
+		},
+	},
 }

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -34,6 +35,29 @@ type HeartbeatRequest struct {
 	LeaseDuration time.Duration
 	// Claims lists each role once.
 	Claims []Claim
+}
+
+// Validate rejects a request a store must not act on at all: no holder, a
+// non-positive duration, an invalid role, or a role claimed twice. Stores
+// call it before touching anything.
+func (r HeartbeatRequest) Validate() error {
+	if r.Holder == "" {
+		return errors.New("baton/lease: HeartbeatRequest.Holder is empty; it must name the instance")
+	}
+	if r.LeaseDuration <= 0 {
+		return fmt.Errorf("baton/lease: HeartbeatRequest.LeaseDuration is %v; it must be positive", r.LeaseDuration)
+	}
+	seen := make(map[string]bool, len(r.Claims))
+	for i, c := range r.Claims {
+		if err := ValidateRole(c.Role); err != nil {
+			return fmt.Errorf("baton/lease: HeartbeatRequest.Claims[%d]: %w", i, err)
+		}
+		if seen[c.Role] {
+			return fmt.Errorf("baton/lease: HeartbeatRequest.Claims[%d]: role %q is claimed twice; list each role once", i, c.Role)
+		}
+		seen[c.Role] = true
+	}
+	return nil
 }
 
 // Record is the state of one role after a heartbeat, or as read.
