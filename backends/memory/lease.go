@@ -223,4 +223,3 @@ func (s *LeaseStore) announce(role string) {
 		}
 	}
 }
-

@@ -379,4 +379,3 @@ func leaseError(op string, err error) error {
 	}
 	return fmt.Errorf("baton/postgres: lease %s: %w", op, err)
 }
-
