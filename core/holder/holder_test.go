@@ -8,97 +8,25 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/core/lease"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fakeStore is an in-memory lease.Store judged by the local clock: enough of
-// the contract for several managers in one test to elect a holder.
-type fakeStore struct {
-	mu   sync.Mutex
-	rows map[string]*fakeRow
-}
-
-type fakeRow struct {
-	rec     lease.Record
-	expires time.Time
-}
-
-func newFakeStore() *fakeStore { return &fakeStore{rows: map[string]*fakeRow{}} }
-
-func (s *fakeStore) Heartbeat(_ context.Context, req lease.HeartbeatRequest) ([]lease.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	out := make([]lease.Record, 0, len(req.Claims))
-	for _, c := range req.Claims {
-		r, ok := s.rows[c.Role]
-		switch {
-		case ok && r.rec.Holder == req.Holder && c.Token != 0 && r.rec.Token == c.Token && now.Before(r.expires):
-			r.expires = now.Add(req.LeaseDuration)
-			r.rec.RenewedAt, r.rec.ExpiresAt, r.rec.HolderAddress = now, r.expires, req.Address
-			rec := r.rec
-			rec.Held = true
-			out = append(out, rec)
-		case !ok || !now.Before(r.expires):
-			if !ok {
-				r = &fakeRow{rec: lease.Record{Role: c.Role}}
-				s.rows[c.Role] = r
-			}
-			r.expires = now.Add(req.LeaseDuration)
-			r.rec.Holder, r.rec.HolderAddress = req.Holder, req.Address
-			r.rec.Token++
-			r.rec.AcquiredAt, r.rec.RenewedAt, r.rec.ExpiresAt = now, now, r.expires
-			rec := r.rec
-			rec.Held = true
-			out = append(out, rec)
-		default:
-			out = append(out, r.rec)
-		}
-	}
-	return out, nil
-}
-
-func (s *fakeStore) Release(_ context.Context, role, holder string, token uint64) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	r, ok := s.rows[role]
-	if !ok || r.rec.Holder != holder || r.rec.Token != token || !now.Before(r.expires) {
-		return false, nil
-	}
-	r.expires = now
-	r.rec.ExpiresAt = now
-	return true, nil
-}
-
-func (s *fakeStore) Read(_ context.Context, roles []string) ([]lease.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []lease.Record
-	for _, role := range roles {
-		if r, ok := s.rows[role]; ok {
-			out = append(out, r.rec)
-		}
-	}
-	return out, nil
-}
-
 // seed makes another instance the holder of role, at address, for ttl.
-func (s *fakeStore) seed(role, holderID, address string, ttl time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	s.rows[role] = &fakeRow{
-		rec:     lease.Record{Role: role, Holder: holderID, HolderAddress: address, Token: 7, AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(ttl)},
-		expires: now.Add(ttl),
+func seed(t *testing.T, store lease.Store, role, holderID, address string, ttl time.Duration) {
+	t.Helper()
+	recs, err := store.Heartbeat(context.Background(), lease.HeartbeatRequest{
+		Holder: holderID, Address: address, LeaseDuration: ttl, Claims: []lease.Claim{{Role: role}},
+	})
+	if err != nil || len(recs) != 1 || !recs[0].Held {
+		t.Fatalf("seed %s as holder of %s: %v %+v", holderID, role, err, recs)
 	}
 }
 
@@ -166,7 +94,7 @@ type clusterSpec struct {
 // manager advertising its own server URL, and cleans all of it up.
 func startCluster(t *testing.T, spec clusterSpec) []*node {
 	t.Helper()
-	store := newFakeStore()
+	store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
 	tr := &http.Transport{}
 	app := spec.app
 	if app == nil {

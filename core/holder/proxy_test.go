@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/core/holder"
 	"github.com/baton-go/baton/core/lease"
 )
@@ -187,7 +188,7 @@ func TestProxy_PathsOutsideThePrefixesPassThroughOnEveryInstance(t *testing.T) {
 }
 
 func TestProxy_PrefixesMatchWholePathSegments(t *testing.T) {
-	m := newManager(t, newFakeStore(), "solo", "")
+	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	if _, err := m.Register(role); err != nil { // not started: never held, holder unknown
 		t.Fatal(err)
@@ -224,7 +225,7 @@ func TestProxy_PrefixesMatchWholePathSegments(t *testing.T) {
 
 func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 	t.Run("no holder yet", func(t *testing.T) {
-		m := newManager(t, newFakeStore(), "solo", "")
+		m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 		t.Cleanup(func() { m.Close(context.Background()) })
 		if _, err := m.Register(role); err != nil {
 			t.Fatal(err)
@@ -241,8 +242,8 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 		}
 	})
 	t.Run("holder advertised no address", func(t *testing.T) {
-		store := newFakeStore()
-		store.seed(role, "other", "", time.Minute)
+		store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+		seed(t, store, role, "other", "", time.Minute)
 		m := newManager(t, store, "solo", "")
 		t.Cleanup(func() { m.Close(context.Background()) })
 		l, err := m.Register(role)
@@ -272,8 +273,8 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 // address.
 func seededLease(t *testing.T, address string) *lease.Manager {
 	t.Helper()
-	store := newFakeStore()
-	store.seed(role, "other", address, time.Minute)
+	store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	seed(t, store, role, "other", address, time.Minute)
 	m := newManager(t, store, "solo", "http://127.0.0.1:9")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	l, err := m.Register(role)
@@ -357,7 +358,7 @@ func TestRoleProxy_TransportErrorIs503(t *testing.T) {
 }
 
 func TestRoleProxy_UnregisteredLeasePassesThrough(t *testing.T) {
-	m := newManager(t, newFakeStore(), "solo", "")
+	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{}, "/maintenance")
 	if err != nil {
@@ -376,7 +377,7 @@ func TestRoleProxy_UnregisteredLeasePassesThrough(t *testing.T) {
 }
 
 func TestRoleProxy_ClosedLeaseIs503NotLocal(t *testing.T) {
-	m := newManager(t, newFakeStore(), "solo", "")
+	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	l, err := m.Register(role)
 	if err != nil {
@@ -497,7 +498,7 @@ func TestPartitionProxy_ForwardsToThePartitionsHolder(t *testing.T) {
 }
 
 func TestPartitionProxy_UnregisteredPartitionPassesThrough(t *testing.T) {
-	m := newManager(t, newFakeStore(), "solo", "")
+	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{}, "/device-api")
 	if err != nil {
@@ -511,7 +512,7 @@ func TestPartitionProxy_UnregisteredPartitionPassesThrough(t *testing.T) {
 }
 
 func TestPartitionProxy_ClosedPartitionIs503NotLocal(t *testing.T) {
-	m := newManager(t, newFakeStore(), "solo", "")
+	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	p, err := m.RegisterPartition(partition, 2)
 	if err != nil {
@@ -529,7 +530,7 @@ func TestPartitionProxy_ClosedPartitionIs503NotLocal(t *testing.T) {
 }
 
 func TestConstructors_RejectInvalidArgumentsNamingTheField(t *testing.T) {
-	m := newManager(t, newFakeStore(), "solo", "")
+	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	reg := m.Registry()
 	tr := roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, errors.New("unused") })

@@ -4,30 +4,28 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
+	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/core/lease"
 )
 
-// fakeStore is a minimal lease table for the manager's timing tests, with
-// switches to make a given holder's calls fail or hang. The adapters' own
-// semantics are proven by conformance.RunLeaseStore; this only has to be
-// faithful enough for the manager's rules.
+// fakeStore is the in-memory reference store with switches to make a given
+// holder's calls fail or hang, for the manager's timing tests. It also
+// counts heartbeats per holder.
 type fakeStore struct {
+	*memory.LeaseStore
 	mu      sync.Mutex
-	rows    map[string]*lease.Record
-	calls   map[string]int // heartbeats per holder
+	calls   map[string]int
 	failing map[string]bool
 	hanging map[string]chan struct{}
-	subs    []chan string
 }
 
 func newFakeStore() *fakeStore {
 	return &fakeStore{
-		rows:    map[string]*lease.Record{},
-		calls:   map[string]int{},
-		failing: map[string]bool{},
-		hanging: map[string]chan struct{}{},
+		LeaseStore: memory.NewLeaseStore(memory.LeaseStoreOptions{}),
+		calls:      map[string]int{},
+		failing:    map[string]bool{},
+		hanging:    map[string]chan struct{}{},
 	}
 }
 
@@ -84,93 +82,12 @@ func (s *fakeStore) Heartbeat(ctx context.Context, req lease.HeartbeatRequest) (
 	if err := s.gate(ctx, req.Holder); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	out := make([]lease.Record, 0, len(req.Claims))
-	for _, c := range req.Claims {
-		r, ok := s.rows[c.Role]
-		switch {
-		case ok && c.Token != 0 && r.Holder == req.Holder && r.Token == c.Token && now.Before(r.ExpiresAt):
-			r.RenewedAt, r.ExpiresAt, r.HolderAddress = now, now.Add(req.LeaseDuration), req.Address
-			rec := *r
-			rec.Held = true
-			out = append(out, rec)
-		case !ok || !now.Before(r.ExpiresAt):
-			var tok uint64 = 1
-			if ok {
-				tok = r.Token + 1
-			}
-			r = &lease.Record{Role: c.Role, Holder: req.Holder, HolderAddress: req.Address, Token: tok,
-				AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(req.LeaseDuration)}
-			s.rows[c.Role] = r
-			rec := *r
-			rec.Held = true
-			out = append(out, rec)
-		default:
-			out = append(out, *r)
-		}
-	}
-	return out, nil
+	return s.LeaseStore.Heartbeat(ctx, req)
 }
 
 func (s *fakeStore) Release(ctx context.Context, role, holder string, token uint64) (bool, error) {
 	if err := s.gate(ctx, holder); err != nil {
 		return false, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.rows[role]
-	now := time.Now()
-	if !ok || r.Holder != holder || r.Token != token || !now.Before(r.ExpiresAt) {
-		return false, nil
-	}
-	r.ExpiresAt = now
-	for _, ch := range s.subs {
-		select {
-		case ch <- role:
-		default:
-		}
-	}
-	return true, nil
-}
-
-func (s *fakeStore) Read(ctx context.Context, roles []string) ([]lease.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []lease.Record
-	for _, role := range roles {
-		if r, ok := s.rows[role]; ok {
-			out = append(out, *r)
-		}
-	}
-	return out, nil
-}
-
-// watchingStore adds release announcements to fakeStore.
-type watchingStore struct{ *fakeStore }
-
-func (s watchingStore) WatchReleases(ctx context.Context, released func(role string)) error {
-	ch := make(chan string, 16)
-	s.mu.Lock()
-	s.subs = append(s.subs, ch)
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for i, c := range s.subs {
-			if c == ch {
-				s.subs = append(s.subs[:i], s.subs[i+1:]...)
-				break
-			}
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case role := <-ch:
-			released(role)
-		}
-	}
+	return s.LeaseStore.Release(ctx, role, holder, token)
 }

@@ -178,7 +178,7 @@ func TestManager_SuccessorTakesOverAfterTheHolderStopsHeartbeating(t *testing.T)
 
 func TestLease_CloseReleasesAndAWatchingManagerTakesOverAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := watchingStore{newFakeStore()}
+		store := newFakeStore()
 		a, b := newManager(t, store, "a"), newManager(t, store, "b")
 		la, lb := register(t, a, "maintenance"), register(t, b, "maintenance")
 		start(t, a)
