@@ -1,0 +1,65 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/baton-go/baton/backends/memory"
+	"github.com/baton-go/baton/core/lease"
+)
+
+// Two instances compete for one role; the holder does the role's work in
+// cycles, each gated by IsHeld, and hands over on Close.
+func ExampleManager() {
+	ctx := context.Background()
+	store := memory.NewLeaseStore(memory.LeaseStoreOptions{}) // postgres.NewLeaseStore in production
+
+	start := func(id string) (*lease.Manager, *lease.Lease) {
+		m, err := lease.NewManager(lease.Config{Store: store, InstanceID: id, Address: "http://" + id + ":8080"})
+		if err != nil {
+			panic(err)
+		}
+		l, err := m.Register("maintenance")
+		if err != nil {
+			panic(err)
+		}
+		if err := m.Start(ctx); err != nil {
+			panic(err)
+		}
+		return m, l
+	}
+	a, la := start("a")
+	waitUntil(la.IsHeld)
+	b, lb := start("b")
+	defer b.Close(ctx)
+	waitUntil(func() bool { return lb.CurrentHolder() != "" })
+
+	for _, l := range []*lease.Lease{la, lb} {
+		if l.IsHeld() { // gate every cycle, never "start leading" once
+			fmt.Println("runs the maintenance cycle with fencing token", l.Token())
+		} else {
+			fmt.Println("stands by; holder is", l.CurrentHolderAddress())
+		}
+	}
+
+	if err := a.Close(ctx); err != nil { // graceful: released at once
+		panic(err)
+	}
+	waitUntil(lb.IsHeld)
+	fmt.Println("after a closed, b holds with token", lb.Token())
+
+	// Output:
+	// runs the maintenance cycle with fencing token 1
+	// stands by; holder is http://a:8080
+	// after a closed, b holds with token 2
+}
+
+func waitUntil(cond func() bool) {
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			panic("timed out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
