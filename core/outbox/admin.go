@@ -1,0 +1,211 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Health is the outbox's self-reported state: the stamps of the last
+// passes, each nil when it was never written. It is always answerable, even
+// for an outbox that never scanned.
+type Health struct {
+	LastScannedXID               *string    `json:"last_scanned_xid"`
+	LastScannedID                *string    `json:"last_scanned_id"`
+	LastScanAt                   *time.Time `json:"last_scan_at"`
+	FailedAttempts               *int       `json:"failed_attempts"`
+	LastError                    *string    `json:"last_error"`
+	LastDeadLetterAt             *time.Time `json:"last_dead_letter_at"`
+	LastDeadLetterNotificationAt *time.Time `json:"last_dead_letter_notification_at"`
+	FirstStuckAt                 *time.Time `json:"first_stuck_at"`
+	LastStuckNotificationAt      *time.Time `json:"last_stuck_notification_at"`
+}
+
+// ReadHealth reads the state stamps.
+func ReadHealth(ctx context.Context, s Store) (Health, error) {
+	st, err := s.State(ctx)
+	if err != nil {
+		return Health{}, err
+	}
+	str := func(k string) *string {
+		if v, ok := st[k]; ok {
+			return &v
+		}
+		return nil
+	}
+	tm := func(k string) *time.Time {
+		if t, ok := parseStamp(st[k]); ok {
+			return &t
+		}
+		return nil
+	}
+	h := Health{
+		LastScannedXID:               str(KeyLastScannedXID),
+		LastScannedID:                str(KeyLastScannedID),
+		LastScanAt:                   tm(KeyLastScanAt),
+		LastError:                    str(KeyLastError),
+		LastDeadLetterAt:             tm(KeyLastDeadLetterAt),
+		LastDeadLetterNotificationAt: tm(KeyLastDeadLetterNotificationAt),
+		FirstStuckAt:                 tm(KeyFirstStuckAt),
+		LastStuckNotificationAt:      tm(KeyLastStuckNotificationAt),
+	}
+	if n, err := strconv.Atoi(st[KeyFailedAttempts]); err == nil {
+		h.FailedAttempts = &n
+	}
+	return h, nil
+}
+
+// deadLetterJSON is a dead letter as the admin handler shows it.
+type deadLetterJSON struct {
+	ID         ID              `json:"id"`
+	XID        string          `json:"xid"` // a string: xids exceed JSON's safe integers
+	Lane       string          `json:"lane"`
+	Error      string          `json:"error"`
+	ParkedAt   time.Time       `json:"parked_at"`
+	RequeuedAs *ID             `json:"requeued_as"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
+}
+
+func toJSON(d DeadLetter) deadLetterJSON {
+	out := deadLetterJSON{
+		ID: d.ID, XID: strconv.FormatUint(d.XID, 10), Lane: d.Lane, Error: d.Error, ParkedAt: d.ParkedAt,
+	}
+	if !d.RequeuedAs.IsNil() {
+		r := d.RequeuedAs
+		out.RequeuedAs = &r
+	}
+	if d.Payload != nil {
+		out.Payload = json.RawMessage(d.Payload)
+	}
+	return out
+}
+
+// AdminHandler serves the outbox's operator API. Mount it behind your own
+// authentication, under a prefix of your choice (with http.StripPrefix):
+//
+//	GET  /lanes               health stamps; always 200, null where absent
+//	GET  /dead?limit=&before= dead letters, newest first, without payloads
+//	GET  /dead/{id}           one dead letter with its payload
+//	POST /dead/{id}/requeue   requeue it as a new entry at the end of the order
+//
+// logger may be nil.
+func AdminHandler(s Store, logger *slog.Logger) http.Handler {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	a := &admin{s: s, log: logger}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /lanes", a.lanes)
+	mux.HandleFunc("GET /dead", a.list)
+	mux.HandleFunc("GET /dead/{id}", a.show)
+	mux.HandleFunc("POST /dead/{id}/requeue", a.requeue)
+	return mux
+}
+
+type admin struct {
+	s   Store
+	log *slog.Logger
+}
+
+func (a *admin) lanes(w http.ResponseWriter, r *http.Request) {
+	h, err := ReadHealth(r.Context(), a.s)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+func (a *admin) list(w http.ResponseWriter, r *http.Request) {
+	var opts ListOptions
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			writeError(w, http.StatusBadRequest, "limit must be a whole number from 1 to "+strconv.Itoa(MaxListLimit))
+			return
+		}
+		opts.Limit = n
+	}
+	if v := r.URL.Query().Get("before"); v != "" {
+		id, err := ParseID(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "before must be a dead letter id (a UUID)")
+			return
+		}
+		opts.Before = id
+	}
+	dead, err := a.s.ListDead(r.Context(), opts)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	out := make([]deadLetterJSON, len(dead))
+	for i, d := range dead {
+		d.Payload = nil // listings never carry payloads
+		out[i] = toJSON(d)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out})
+}
+
+func (a *admin) show(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	d, err := a.s.GetDead(r.Context(), id)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toJSON(d))
+}
+
+func (a *admin) requeue(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	newID := NewID()
+	if err := a.s.Requeue(r.Context(), id, newID); err != nil {
+		a.fail(w, err)
+		return
+	}
+	a.log.Info("outbox: dead letter requeued", "id", id, "requeued_as", newID)
+	writeJSON(w, http.StatusOK, map[string]ID{"id": id, "requeued_as": newID})
+}
+
+func pathID(w http.ResponseWriter, r *http.Request) (ID, bool) {
+	id, err := ParseID(r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "the id must be a UUID")
+		return NilID, false
+	}
+	return id, true
+}
+
+func (a *admin) fail(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, "no such dead letter")
+	case errors.Is(err, ErrAlreadyRequeued):
+		writeError(w, http.StatusConflict, "this dead letter was requeued already")
+	default:
+		a.log.Warn("outbox admin: store error", "err", err)
+		writeError(w, http.StatusInternalServerError, "the outbox store failed; see the server log")
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}

@@ -1,0 +1,179 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/baton-go/baton/core/internal/name"
+	"github.com/baton-go/baton/core/lock"
+)
+
+// Defaults for Config.
+const (
+	DefaultBatchSize             = 100
+	DefaultIdleDelay             = 5 * time.Second
+	DefaultErrorDelay            = 30 * time.Second
+	DefaultLeaderLockName        = "baton-outbox-driver"
+	DefaultLeaderWait            = 30 * time.Second
+	DefaultStuckAfter            = 2 * time.Minute
+	DefaultStuckNoticeEvery      = 15 * time.Minute
+	DefaultDeadLetterNoticeEvery = 15 * time.Minute
+	DefaultRetentionWindow       = 7 * 24 * time.Hour
+	DefaultRetentionInterval     = time.Hour
+	DefaultRetentionBatchSize    = 1000
+
+	// RetentionLockSuffix makes the default RetentionLockName from the
+	// LeaderLockName, so renaming the driver's lock renames retention's.
+	RetentionLockSuffix = "-retention"
+
+	// MaxBatchSize bounds BatchSize and RetentionBatchSize.
+	MaxBatchSize = 100_000
+)
+
+// ErrInvalidConfig is returned (wrapped, naming the field) by New.
+var ErrInvalidConfig = errors.New("baton/outbox: invalid config")
+
+// Notify receives the outbox's notices. It is required: a parked entry or a
+// stuck outbox that nobody hears about is silent data loss in slow motion.
+type Notify func(ctx context.Context, n Notice) error
+
+// Config configures a Driver. Zero durations and sizes take the defaults;
+// negative ones are errors.
+type Config struct {
+	// Store is the outbox's tables. Required.
+	Store Store
+	// Locks provides the leader locks. Required.
+	Locks lock.Provider
+	// Processors deliver the lanes, one per lane. With none, the driver
+	// does not scan at all (entries of an unknown lane would be parked) and
+	// logs a warning every pass.
+	Processors []Processor
+	// Notify receives stuck and dead-letter notices. Required.
+	Notify Notify
+
+	// BatchSize is the most entries one pass reads, across every lane.
+	BatchSize int
+	// IdleDelay is the pause after a pass that found nothing new below the
+	// horizon (or less than a full batch).
+	IdleDelay time.Duration
+	// ErrorDelay is the pause after a pass that ended in a retry or
+	// failed, unless the retry asked for its own delay (RetryAfter).
+	ErrorDelay time.Duration
+	// LeaderLockName is the lock that makes one instance the driver.
+	// Deployment-wide, not per lane.
+	LeaderLockName string
+	// LeaderWait is how long one attempt to become leader waits; standby
+	// instances keep trying forever.
+	LeaderWait time.Duration
+
+	// StuckAfter is how long a failing streak lasts before a stuck notice.
+	StuckAfter time.Duration
+	// StuckNoticeEvery throttles stuck notices.
+	StuckNoticeEvery time.Duration
+	// DeadLetterNoticeEvery throttles dead-letter notices.
+	DeadLetterNoticeEvery time.Duration
+
+	// RetentionWindow is how long delivered entries and requeued dead
+	// letters stay readable.
+	RetentionWindow time.Duration
+	// RetentionInterval is the pause between retention sweeps.
+	RetentionInterval time.Duration
+	// RetentionBatchSize bounds the rows one sweep deletes per table.
+	RetentionBatchSize int
+	// RetentionDisabled turns the retention loop off.
+	RetentionDisabled bool
+	// RetentionLockName is retention's own lock. It must differ from
+	// LeaderLockName: the driver holds that one continuously, so retention
+	// would never get it. Default: LeaderLockName + RetentionLockSuffix.
+	RetentionLockName string
+
+	// Logger receives warnings (parked entries, no processors, failures).
+	// nil discards.
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	ints := []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"BatchSize", &c.BatchSize, DefaultBatchSize},
+		{"RetentionBatchSize", &c.RetentionBatchSize, DefaultRetentionBatchSize},
+	}
+	for _, f := range ints {
+		switch {
+		case *f.v == 0:
+			*f.v = f.def
+		case *f.v < 0 || *f.v > MaxBatchSize:
+			return bad("%s is %d; it must be between 1 and %d", f.name, *f.v, MaxBatchSize)
+		}
+	}
+	durations := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"IdleDelay", &c.IdleDelay, DefaultIdleDelay},
+		{"ErrorDelay", &c.ErrorDelay, DefaultErrorDelay},
+		{"LeaderWait", &c.LeaderWait, DefaultLeaderWait},
+		{"StuckAfter", &c.StuckAfter, DefaultStuckAfter},
+		{"StuckNoticeEvery", &c.StuckNoticeEvery, DefaultStuckNoticeEvery},
+		{"DeadLetterNoticeEvery", &c.DeadLetterNoticeEvery, DefaultDeadLetterNoticeEvery},
+		{"RetentionWindow", &c.RetentionWindow, DefaultRetentionWindow},
+		{"RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval},
+	}
+	for _, f := range durations {
+		switch {
+		case *f.v == 0:
+			*f.v = f.def
+		case *f.v < 0:
+			return bad("%s is %v; it must be positive", f.name, *f.v)
+		}
+	}
+	if c.LeaderLockName == "" {
+		c.LeaderLockName = DefaultLeaderLockName
+	}
+	if c.RetentionLockName == "" {
+		c.RetentionLockName = c.LeaderLockName + RetentionLockSuffix
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.Store == nil:
+		return bad("Store is nil")
+	case c.Locks == nil:
+		return bad("Locks is nil; the driver needs a lock.Provider for its leader lock")
+	case c.Notify == nil:
+		return bad("Notify is nil; stuck and dead-letter notices must go somewhere")
+	case c.RetentionLockName == c.LeaderLockName:
+		return bad("RetentionLockName equals LeaderLockName (%q); the driver holds that lock continuously, so retention would never run", c.LeaderLockName)
+	}
+	for field, v := range map[string]string{"LeaderLockName": c.LeaderLockName, "RetentionLockName": c.RetentionLockName} {
+		if err := lock.ValidateName(v); err != nil {
+			return bad("%s: %v", field, err)
+		}
+	}
+	seen := map[string]bool{}
+	for i, p := range c.Processors {
+		if p == nil {
+			return bad("Processors[%d] is nil", i)
+		}
+		lane := p.Lane()
+		if prob := name.Problem(lane, MaxLaneLength); prob != "" {
+			return bad("Processors[%d]: lane: %s", i, prob)
+		}
+		if seen[lane] {
+			return bad("Processors[%d]: lane %q has two processors", i, lane)
+		}
+		seen[lane] = true
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+// Package outbox is baton's transactional outbox: rows a producer writes
+// inside its own transaction, delivered by one leader, in one global order.
+//
+// # The order
+//
+// Every entry carries the id of the transaction that wrote it (xid, a
+// 64-bit xid8 in PostgreSQL) and an id of its own. The walk reads entries in
+// (xid, id) order. That is the order in which transactions took their xid,
+// which PostgreSQL assigns at a transaction's first write: it is NOT commit
+// order. Two transactions that change the same entity stay in order when
+// the entity-row write is each one's first write (the row lock then makes
+// the second wait for the first) and the enqueue follows it.
+//
+// The walk only reads below the horizon: xids older than the oldest
+// transaction still in progress. Entries of a transaction that might still
+// commit under an older xid are never skipped; they hold the walk back
+// until that transaction ends. A long-running transaction anywhere in the
+// database therefore pins the outbox.
+//
+// # The walk, one pass
+//
+//	scan     one bounded statement: (xid, id) > cursor, below the horizon,
+//	         ORDER BY xid, id LIMIT BatchSize; no transaction held after it
+//	cut      the batch into contiguous runs of one lane
+//	deliver  each run to its lane's Processor, in order; a lane with no
+//	         processor parks its entries at once
+//	decide   Delivered and Park advance the cursor; the first Retry stops
+//	         the pass (everything after it is "not attempted"); an error, a
+//	         panic or a wrong count of outcomes retries the whole run
+//	settle   one transaction: cursor compare-and-set from the pass's start,
+//	         parked entries moved to the dead letters, state stamps upserted
+//
+// A pass whose leader loses its lock (Lost closes) stops at once and
+// settles nothing. A settlement that finds the cursor moved (another
+// leader settled) is discarded and this leader steps down: the cursor never
+// goes backwards. Delivery is therefore at least once, and destinations
+// must be idempotent; the entry id is the idempotency key.
+//
+// # States of a driver
+//
+//	standby ──acquires LeaderLockName──▶ leader ──Lost / deposed / ctx end──▶ standby (or stopped)
+//	leader: pass ─▶ settle ─▶ pause ─▶ pass …
+//	  pause = 0 after a full batch, IdleDelay after an empty or partial one,
+//	          ErrorDelay (or the retry's RetryAfter) after a retry or a failure
+//
+// No processors registered: no scan at all, and a warning every pass.
+//
+// # Notices and health
+//
+// State is a set of keys (last_scanned_xid, last_scan_at, first_stuck_at,
+// …); an absent key reads as its default. first_stuck_at is set when a pass
+// ends in a retry and cleared by one that delivered or found nothing; when
+// the streak has lasted StuckAfter a stuck notice goes to Notify, at most
+// once per StuckNoticeEvery. Parked entries raise a throttled dead-letter
+// notice. An idle outbox never raises stuck. There is no lag metric: a
+// cursor-based lag is wrong in both directions (it climbs on an idle
+// outbox while unrelated transactions advance, and reads zero when a long
+// transaction pins the horizon). Alert on the stuck notice.
+//
+// # Retention
+//
+// Its own loop and lock (RetentionLockName): every RetentionInterval, at
+// most RetentionBatchSize delivered entries at or below the cursor and
+// older than RetentionWindow are deleted, and as many requeued dead
+// letters. The walk reads only above the cursor, so the driver and
+// retention never touch the same rows, and different instances may lead
+// each. Dead letters never requeued are kept until an operator acts
+// (AdminHandler: list, show, requeue).
+package outbox

@@ -1,0 +1,179 @@
+package outbox
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/baton-go/baton/core/internal/name"
+)
+
+// ID is an entry id: a UUID, chosen by the producer (normally a UUIDv7 from
+// NewID). Ids order bytewise, as PostgreSQL's uuid type does.
+type ID [16]byte
+
+// NilID is the zero ID, never a valid entry id.
+var NilID ID
+
+// ErrInvalidEntry is returned (wrapped, with the reason) by ValidateEntry
+// and every adapter's Enqueue for an entry that must not be written.
+var ErrInvalidEntry = errors.New("baton/outbox: invalid entry")
+
+// MaxLaneLength bounds a lane name, in bytes.
+const MaxLaneLength = 128
+
+// NewID returns a fresh UUIDv7: 48 bits of Unix milliseconds, then random
+// bits, so ids made later sort later.
+func NewID() ID {
+	var id ID
+	if _, err := rand.Read(id[6:]); err != nil {
+		panic("baton/outbox: no randomness: " + err.Error())
+	}
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(time.Now().UnixMilli()))
+	copy(id[:6], ms[2:])
+	id[6] = id[6]&0x0f | 0x70 // version 7
+	id[8] = id[8]&0x3f | 0x80 // RFC 9562 variant
+	return id
+}
+
+// ParseID reads the canonical 36-character form (hyphens optional).
+func ParseID(s string) (ID, error) {
+	var id ID
+	h := strings.ReplaceAll(s, "-", "")
+	if len(h) != 32 {
+		return id, fmt.Errorf("baton/outbox: %q is not a UUID", s)
+	}
+	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
+		return id, fmt.Errorf("baton/outbox: %q is not a UUID", s)
+	}
+	return id, nil
+}
+
+// String is the canonical lower-case form with hyphens.
+func (id ID) String() string {
+	var b [36]byte
+	hex.Encode(b[0:8], id[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], id[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], id[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], id[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], id[10:])
+	return string(b[:])
+}
+
+// IsNil reports whether id is the zero ID.
+func (id ID) IsNil() bool { return id == NilID }
+
+// MarshalText implements encoding.TextMarshaler.
+func (id ID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (id *ID) UnmarshalText(b []byte) error {
+	v, err := ParseID(string(b))
+	if err != nil {
+		return err
+	}
+	*id = v
+	return nil
+}
+
+// Compare orders ids bytewise: -1, 0 or +1.
+func (id ID) Compare(other ID) int {
+	for i := range id {
+		switch {
+		case id[i] < other[i]:
+			return -1
+		case id[i] > other[i]:
+			return 1
+		}
+	}
+	return 0
+}
+
+// Entry is one outbox row.
+type Entry struct {
+	// XID is the 64-bit id of the producing transaction (xid8): the order
+	// in which transactions took their xid, which is at their first write.
+	XID       uint64
+	ID        ID
+	Lane      string
+	Payload   json.RawMessage
+	CreatedAt time.Time
+}
+
+// Cursor returns the position just at this entry.
+func (e Entry) Cursor() Cursor { return Cursor{XID: e.XID, ID: e.ID} }
+
+// Cursor is a position in the walk's (xid, id) order. The zero Cursor is
+// before every entry.
+type Cursor struct {
+	XID uint64
+	ID  ID
+}
+
+// Compare orders cursors by xid, then id: -1, 0 or +1.
+func (c Cursor) Compare(other Cursor) int {
+	switch {
+	case c.XID < other.XID:
+		return -1
+	case c.XID > other.XID:
+		return 1
+	}
+	return c.ID.Compare(other.ID)
+}
+
+// IsZero reports whether c is the start of the walk.
+func (c Cursor) IsZero() bool { return c == Cursor{} }
+
+// ValidateEntry is the rule every adapter's Enqueue applies before writing:
+// a non-nil id, a lane of 1–128 bytes of UTF-8 without NUL, and a payload
+// that is one valid JSON value.
+func ValidateEntry(id ID, lane string, payload []byte) error {
+	if id.IsNil() {
+		return fmt.Errorf("%w: the id is the nil UUID; use outbox.NewID()", ErrInvalidEntry)
+	}
+	if p := name.Problem(lane, MaxLaneLength); p != "" {
+		return fmt.Errorf("%w: lane: %s", ErrInvalidEntry, strings.Replace(p, "the name", "the lane", 1))
+	}
+	if len(payload) == 0 {
+		return fmt.Errorf("%w: the payload is empty; it must be JSON", ErrInvalidEntry)
+	}
+	if !json.Valid(payload) {
+		return fmt.Errorf("%w: the payload is not valid JSON", ErrInvalidEntry)
+	}
+	if hasNULEscape(payload) {
+		// Valid JSON, but PostgreSQL's jsonb cannot hold a NUL character.
+		return fmt.Errorf("%w: the payload contains \\u0000, which jsonb cannot store", ErrInvalidEntry)
+	}
+	return nil
+}
+
+// hasNULEscape reports whether valid JSON holds the escape \u0000 (a
+// backslash that is not itself escaped, then u0000).
+func hasNULEscape(js []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(js[i:], []byte(`\u0000`))
+		if j < 0 {
+			return false
+		}
+		at := i + j
+		slashes := 0
+		for k := at - 1; k >= 0 && js[k] == '\\'; k-- {
+			slashes++
+		}
+		if slashes%2 == 0 {
+			return true
+		}
+		i = at + 1
+	}
+}

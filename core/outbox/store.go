@@ -1,0 +1,161 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+var (
+	// ErrCursorMoved is returned by Store.Settle when the stored cursor is
+	// no longer the one the pass started from: another leader settled in
+	// between. The pass is discarded; the cursor never goes backwards.
+	ErrCursorMoved = errors.New("baton/outbox: the cursor moved since the pass began")
+
+	// ErrNotFound is returned for a dead letter id that does not exist.
+	ErrNotFound = errors.New("baton/outbox: no such dead letter")
+
+	// ErrAlreadyRequeued is returned by Requeue for a dead letter that was
+	// requeued before; its RequeuedAs names the entry it became.
+	ErrAlreadyRequeued = errors.New("baton/outbox: dead letter already requeued")
+)
+
+// The state keys. Every fact the outbox keeps about itself is one row of
+// baton_outbox_state (key, value); an absent key reads as its default, and
+// every write is an upsert, so a new fact never needs a migration.
+const (
+	KeyLastScannedXID               = "last_scanned_xid" // the cursor's xid, decimal
+	KeyLastScannedID                = "last_scanned_id"  // the cursor's id, canonical UUID
+	KeyLastScanAt                   = "last_scan_at"
+	KeyFailedAttempts               = "failed_attempts" // decimal, passes in the current failing streak
+	KeyLastError                    = "last_error"
+	KeyLastDeadLetterAt             = "last_dead_letter_at"
+	KeyLastDeadLetterNotificationAt = "last_dead_letter_notification_at"
+	KeyFirstStuckAt                 = "first_stuck_at"
+	KeyLastStuckNotificationAt      = "last_stuck_notification_at"
+)
+
+// StateKeys lists every state key, in display order.
+var StateKeys = []string{
+	KeyLastScannedXID, KeyLastScannedID, KeyLastScanAt, KeyFailedAttempts, KeyLastError,
+	KeyLastDeadLetterAt, KeyLastDeadLetterNotificationAt, KeyFirstStuckAt, KeyLastStuckNotificationAt,
+}
+
+// Parked is an entry the pass moves to the dead letters, with its reason.
+type Parked struct {
+	Entry  Entry
+	Reason string
+}
+
+// Settlement is everything one pass writes, in one transaction.
+type Settlement struct {
+	// From is the cursor the pass started from; the settlement applies
+	// only if the stored cursor still equals it (compare-and-set).
+	From Cursor
+	// To is the new cursor: past every delivered and parked entry up to
+	// the first retry. It may equal From.
+	To Cursor
+	// Park lists the entries to move from the outbox to the dead letters.
+	Park []Parked
+	// State holds state keys to upsert; a nil value removes the key (it
+	// reads as its default again). The cursor keys are written from To.
+	State map[string]*string
+}
+
+// DeadLetter is a parked entry.
+type DeadLetter struct {
+	ID      ID
+	XID     uint64
+	Lane    string
+	Payload []byte // nil in listings
+	Error   string
+	// ParkedAt is the store's clock.
+	ParkedAt time.Time
+	// RequeuedAs is the id of the entry it was requeued as, or NilID.
+	RequeuedAs ID
+}
+
+// ListOptions page through dead letters, newest parked first.
+type ListOptions struct {
+	// Limit bounds the page; 0 means DefaultListLimit.
+	Limit int
+	// Before continues a listing: only dead letters parked before this
+	// one (exclusive), as returned last on the previous page.
+	Before ID
+}
+
+// DefaultListLimit and MaxListLimit bound ListOptions.Limit.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// Store is the adapter side of the outbox: the three tables and their
+// statements. Each method is one short statement or transaction; none is
+// held open across delivery. conformance.RunOutboxStore is the executable
+// contract.
+type Store interface {
+	// Scan returns up to limit entries after the cursor, ordered by
+	// (xid, id), only from transactions below the horizon: older than the
+	// oldest transaction still in progress. Entries of a transaction that
+	// is still open, or rolled back, never appear; nor does anything a
+	// still-open older transaction might yet precede.
+	Scan(ctx context.Context, after Cursor, limit int) ([]Entry, error)
+
+	// Settle applies a pass's outcome in one transaction: the cursor
+	// compare-and-set from s.From to s.To (ErrCursorMoved when the stored
+	// cursor is not s.From, and then nothing is written), moving s.Park
+	// to the dead letters, and upserting s.State.
+	Settle(ctx context.Context, s Settlement) error
+
+	// State returns every state key that has a value.
+	State(ctx context.Context) (map[string]string, error)
+
+	// ListDead lists dead letters without payloads, newest parked first.
+	ListDead(ctx context.Context, opts ListOptions) ([]DeadLetter, error)
+	// GetDead returns one dead letter with its payload, or ErrNotFound.
+	GetDead(ctx context.Context, id ID) (DeadLetter, error)
+	// Requeue, in one transaction, inserts the dead letter's lane and
+	// payload as a new entry with id newID (so it goes to the end of the
+	// order) and records requeued_as. ErrNotFound or ErrAlreadyRequeued
+	// leave everything unchanged.
+	Requeue(ctx context.Context, id, newID ID) error
+
+	// DeleteDelivered deletes at most limit entries at or below upTo and
+	// created before olderThan (store clock minus the window), returning
+	// how many it deleted. It never touches an entry above upTo.
+	DeleteDelivered(ctx context.Context, upTo Cursor, window time.Duration, limit int) (int, error)
+	// DeleteRequeued deletes at most limit dead letters that were requeued
+	// more than window ago (by parked_at), returning how many. Dead
+	// letters never requeued are kept until an operator acts.
+	DeleteRequeued(ctx context.Context, window time.Duration, limit int) (int, error)
+}
+
+// CursorFromState reads the cursor from state values; absent keys mean the
+// start of the walk.
+func CursorFromState(state map[string]string) (Cursor, error) {
+	var c Cursor
+	if v, ok := state[KeyLastScannedXID]; ok {
+		x, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return Cursor{}, fmt.Errorf("baton/outbox: state %s = %q is not an xid: %w", KeyLastScannedXID, v, err)
+		}
+		c.XID = x
+	}
+	if v, ok := state[KeyLastScannedID]; ok {
+		id, err := ParseID(v)
+		if err != nil {
+			return Cursor{}, fmt.Errorf("baton/outbox: state %s: %w", KeyLastScannedID, err)
+		}
+		c.ID = id
+	}
+	return c, nil
+}
+
+// CursorState is the state values that encode c. Adapters use it so both
+// cursor keys are always written the same way.
+func CursorState(c Cursor) (xid, id string) {
+	return strconv.FormatUint(c.XID, 10), c.ID.String()
+}
