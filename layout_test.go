@@ -22,9 +22,9 @@ var drivers = []string{
 
 // coreTestOnly are the packages core's tests may use besides the standard
 // library and core itself: the leak checker, and the in-memory reference
-// adapter (which imports no driver either), so tests need no fakes of
+// adapters (which import no driver either), so tests need no fakes of
 // their own.
-var coreTestOnly = []string{"go.uber.org/goleak", module + "/backends/memory"}
+var coreTestOnly = []string{"go.uber.org/goleak", module + "/backends/memory", module + "/locks/memory"}
 
 // TestCore_ImportsOnlyTheStandardLibraryAndCore keeps the rule that makes
 // adapters pluggable: core/... holds the logic and knows no driver. Because

@@ -156,9 +156,9 @@ func (c *Config) validate() error {
 	case c.RetentionLockName == c.LeaderLockName:
 		return bad("RetentionLockName equals LeaderLockName (%q); the driver holds that lock continuously, so retention would never run", c.LeaderLockName)
 	}
-	for field, v := range map[string]string{"LeaderLockName": c.LeaderLockName, "RetentionLockName": c.RetentionLockName} {
-		if err := lock.ValidateName(v); err != nil {
-			return bad("%s: %v", field, err)
+	for _, f := range []struct{ field, v string }{{"LeaderLockName", c.LeaderLockName}, {"RetentionLockName", c.RetentionLockName}} {
+		if err := lock.ValidateName(f.v); err != nil {
+			return bad("%s: %v", f.field, err)
 		}
 	}
 	seen := map[string]bool{}
