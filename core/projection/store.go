@@ -1,0 +1,221 @@
+package projection
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/baton-go/baton/core/internal/name"
+)
+
+// Length limits, in bytes of UTF-8. The PostgreSQL tables refuse longer
+// subjects too.
+const (
+	MaxSubjectTypeLength  = 128
+	MaxSubjectIDLength    = 256
+	MaxResourceTypeLength = 128
+	MaxResourceIDLength   = 256
+)
+
+var (
+	// ErrNoProjection means the store holds no active generation for the
+	// subject: it was never refreshed, or (PostgreSQL, whose projection
+	// tables are UNLOGGED) the database restarted after a crash and came
+	// back with empty tables. It calls for a refresh. It NEVER means "the
+	// subject has no access": a subject the engine grants nothing has an
+	// empty generation, and its reads answer "not found" without this error.
+	ErrNoProjection = errors.New("baton/projection: no projection of the subject; refresh it")
+
+	// ErrInvalidSubject is returned (wrapped, with the reason) for a
+	// subject whose type or ID is empty, too long, not UTF-8 or contains a
+	// NUL byte. Nothing is read or written.
+	ErrInvalidSubject = errors.New("baton/projection: invalid subject")
+
+	// ErrInvalidGrant is returned (wrapped, naming the grant) by Replace
+	// for a grant set with an invalid resource type or ID, or with one
+	// resource listed twice. Nothing is written.
+	ErrInvalidGrant = errors.New("baton/projection: invalid grant")
+)
+
+// Subject is who a projection is for: a user, a service account, ... as
+// the engine names them.
+type Subject struct {
+	Type string
+	ID   string
+}
+
+// String is "type:id", for messages.
+func (s Subject) String() string { return s.Type + ":" + s.ID }
+
+// Validate rejects a subject a store must not act on: an empty, too long
+// (MaxSubjectTypeLength, MaxSubjectIDLength), non-UTF-8 or NUL-holding type
+// or ID.
+func (s Subject) Validate() error {
+	if p := name.Problem(s.Type, MaxSubjectTypeLength); p != "" {
+		return fmt.Errorf("%w: Subject.Type: %s", ErrInvalidSubject, p)
+	}
+	if p := name.Problem(s.ID, MaxSubjectIDLength); p != "" {
+		return fmt.Errorf("%w: Subject.ID: %s", ErrInvalidSubject, p)
+	}
+	return nil
+}
+
+// Grant is one resource a subject can touch, with the bits it holds there.
+type Grant struct {
+	ResourceType string
+	ResourceID   string
+	Mask         Mask
+}
+
+// CompareGrants orders grants by resource type, then resource ID, byte by
+// byte: the order in which Snapshot lists them.
+func CompareGrants(a, b Grant) int {
+	if c := cmp.Compare(a.ResourceType, b.ResourceType); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ResourceID, b.ResourceID)
+}
+
+// ValidateResource rejects a resource type or ID that no grant can carry:
+// empty, too long (MaxResourceTypeLength, MaxResourceIDLength), not UTF-8
+// or holding a NUL byte. Stores check point reads with it.
+func ValidateResource(resourceType, resourceID string) error {
+	if p := resourceProblem(resourceType, resourceID); p != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidGrant, p)
+	}
+	return nil
+}
+
+func resourceProblem(resourceType, resourceID string) string {
+	if p := name.Problem(resourceType, MaxResourceTypeLength); p != "" {
+		return "ResourceType: " + p
+	}
+	if p := name.Problem(resourceID, MaxResourceIDLength); p != "" {
+		return "ResourceID: " + p
+	}
+	return ""
+}
+
+// ValidateGrants rejects a grant set that cannot be a generation: a grant
+// with an invalid resource type or ID, or a resource listed twice (the
+// engine gives one mask per resource). An empty set is valid: the subject
+// has no access anywhere. Stores call it before writing anything.
+func ValidateGrants(grants []Grant) error {
+	type resource struct{ typ, id string }
+	seen := make(map[resource]int, len(grants))
+	for i, g := range grants {
+		if p := resourceProblem(g.ResourceType, g.ResourceID); p != "" {
+			return fmt.Errorf("%w: grants[%d].%s", ErrInvalidGrant, i, p)
+		}
+		r := resource{g.ResourceType, g.ResourceID}
+		if j, dup := seen[r]; dup {
+			return fmt.Errorf("%w: grants[%d] and grants[%d] are both for %s %q; list each resource once", ErrInvalidGrant, j, i, g.ResourceType, g.ResourceID)
+		}
+		seen[r] = i
+	}
+	return nil
+}
+
+// Generation numbers a complete grant set of one subject. Numbers are
+// unique within a store and larger for later Replace calls; 0 is never a
+// generation.
+type Generation uint64
+
+// Snapshot is a subject's active generation, read in one piece.
+type Snapshot struct {
+	Subject    Subject
+	Generation Generation
+	// Grants are in CompareGrants order, one per resource; empty (never
+	// an error) when the engine granted the subject nothing.
+	Grants []Grant
+}
+
+// GenerationInfo describes one stored generation of a subject.
+type GenerationInfo struct {
+	Generation Generation
+	// Active is true for the one generation that reads answer from; the
+	// others are superseded and wait for a sweep.
+	Active bool
+	// CreatedAt is when the generation was written, by the store's clock.
+	// Zero when the store does not keep it.
+	CreatedAt time.Time
+}
+
+// Store is the adapter side of projections: generations of grant sets, one
+// active per subject. Implementations must be safe for concurrent use, also
+// from several processes when the store is shared (PostgreSQL);
+// conformance.RunProjectionStore is the executable contract.
+//
+// Writing and flipping are one method. Replace writes a whole generation and
+// makes it the active one atomically: a reader sees the previous
+// generation, then the new one, and never a part of either. Keeping them
+// together lets each store pick its own atomic step: the memory store swaps
+// a pointer under its lock; the PostgreSQL store copies the rows and flips
+// the header in one transaction, taking its only contended lock just
+// before the commit. There is no state in which a half-written generation
+// can outlive a failed or abandoned Replace, so a store never has to tell a
+// generation being built from a superseded one.
+type Store interface {
+	// Replace validates grants (ValidateGrants), writes them as a new
+	// generation of subject and makes it the subject's active generation,
+	// superseding the previous one, all at once. It returns the new
+	// generation. Concurrent Replace calls for one subject are
+	// serialized: the one that flips last stays active; exactly one
+	// generation is active afterwards. When Replace fails, the previous
+	// generation stays active and nothing of the new one is visible.
+	Replace(ctx context.Context, subject Subject, grants []Grant) (Generation, error)
+
+	// Mask reads the mask of one resource in the subject's active
+	// generation. found is false when the generation has no grant for the
+	// resource (no access there). With no active generation it returns an
+	// error wrapping ErrNoProjection.
+	Mask(ctx context.Context, subject Subject, resourceType, resourceID string) (mask Mask, found bool, err error)
+
+	// Snapshot reads the subject's whole active generation, in one
+	// consistent read, or returns an error wrapping ErrNoProjection.
+	Snapshot(ctx context.Context, subject Subject) (Snapshot, error)
+
+	// Generations lists the subject's stored generations, oldest first:
+	// the active one and any superseded ones not yet swept. It is for
+	// inspection and tests; no read path needs it.
+	Generations(ctx context.Context, subject Subject) ([]GenerationInfo, error)
+
+	// Sweep deletes every superseded generation, of every subject, and
+	// returns how many it deleted. It never touches an active generation,
+	// so readers are unaffected. It takes no lock: concurrent sweeps (one
+	// per node) are safe, each superseded generation is deleted by exactly
+	// one of them, and a sweep with nothing to do is cheap and changes
+	// nothing.
+	Sweep(ctx context.Context) (int, error)
+}
+
+// Source fetches a subject's grants from the engine that computes them. An
+// empty answer means the subject has no access anywhere; an error means
+// nothing is known, and no generation is written.
+type Source interface {
+	Grants(ctx context.Context, subject Subject) ([]Grant, error)
+}
+
+// SourceFunc adapts a function to Source.
+type SourceFunc func(ctx context.Context, subject Subject) ([]Grant, error)
+
+// Grants calls f.
+func (f SourceFunc) Grants(ctx context.Context, subject Subject) ([]Grant, error) {
+	return f(ctx, subject)
+}
+
+// refresh fetches subject's grants from source and replaces its projection
+// in store with them.
+func refresh(ctx context.Context, store Store, source Source, subject Subject) (Generation, error) {
+	grants, err := source.Grants(ctx, subject)
+	if err != nil {
+		return 0, fmt.Errorf("baton/projection: refresh %s: fetching the grants: %w", subject, err)
+	}
+	gen, err := store.Replace(ctx, subject, grants)
+	if err != nil {
+		return 0, fmt.Errorf("baton/projection: refresh %s: %w", subject, err)
+	}
+	return gen, nil
+}
