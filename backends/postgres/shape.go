@@ -5,11 +5,14 @@ package postgres
 // the description here in the same commit; the schema tests migrate a fresh
 // schema and fail until the two agree in both directions.
 
-// tableShape is one expected table.
+// tableShape is one expected table. Unlogged is set for a table created
+// UNLOGGED (not WAL-logged, emptied by a crash restart): VerifySchema
+// reports a table whose persistence differs either way.
 type tableShape struct {
-	Name    string
-	Columns []columnShape
-	Indexes []indexShape
+	Name     string
+	Columns  []columnShape
+	Indexes  []indexShape
+	Unlogged bool
 }
 
 // columnShape is one expected column. Type is spelled as PostgreSQL's
@@ -21,12 +24,17 @@ type columnShape struct {
 }
 
 // indexShape is one expected index, by name. Columns are the key columns in
-// order (expressions as pg_get_indexdef prints them). A primary key or unique
-// constraint is listed as the index that backs it.
+// order (expressions as pg_get_indexdef prints them), each followed by
+// " DESC" when the index sorts it descending. A primary key or unique
+// constraint is listed as the index that backs it. Predicate is a partial
+// index's WHERE clause as pg_get_expr prints it, "" for a full index: a
+// statement that relies on a partial index is only served by one with the
+// same predicate.
 type indexShape struct {
-	Name    string
-	Columns []string
-	Unique  bool
+	Name      string
+	Columns   []string
+	Unique    bool
+	Predicate string
 }
 
 // expectedShape is every table the migrations create, except the version
@@ -57,6 +65,76 @@ var expectedShape = []tableShape{
 		},
 		Indexes: []indexShape{
 			{Name: "baton_role_leases_pkey", Columns: []string{"role"}, Unique: true},
+		},
+	},
+	{ // 0003_outbox
+		Name: "baton_outbox",
+		Columns: []columnShape{
+			{Name: "xid", Type: "xid8", NotNull: true},
+			{Name: "id", Type: "uuid", NotNull: true},
+			{Name: "lane", Type: "text", NotNull: true},
+			{Name: "payload", Type: "jsonb", NotNull: true},
+			{Name: "created_at", Type: "timestamp with time zone", NotNull: true},
+		},
+		Indexes: []indexShape{
+			{Name: "baton_outbox_pkey", Columns: []string{"id"}, Unique: true},
+			{Name: "baton_outbox_walk", Columns: []string{"xid", "id"}},
+		},
+	},
+	{ // 0003_outbox
+		Name: "baton_outbox_state",
+		Columns: []columnShape{
+			{Name: "key", Type: "text", NotNull: true},
+			{Name: "value", Type: "text"},
+		},
+		Indexes: []indexShape{
+			{Name: "baton_outbox_state_pkey", Columns: []string{"key"}, Unique: true},
+		},
+	},
+	{ // 0003_outbox
+		Name: "baton_outbox_dead",
+		Columns: []columnShape{
+			{Name: "id", Type: "uuid", NotNull: true},
+			{Name: "xid", Type: "xid8", NotNull: true},
+			{Name: "lane", Type: "text", NotNull: true},
+			{Name: "payload", Type: "jsonb", NotNull: true},
+			{Name: "error", Type: "text", NotNull: true},
+			{Name: "parked_at", Type: "timestamp with time zone", NotNull: true},
+			{Name: "requeued_as", Type: "uuid"},
+		},
+		Indexes: []indexShape{
+			{Name: "baton_outbox_dead_pkey", Columns: []string{"id"}, Unique: true},
+			{Name: "baton_outbox_dead_parked", Columns: []string{"parked_at DESC", "id"}},
+			{Name: "baton_outbox_dead_requeued", Columns: []string{"parked_at"}, Predicate: "requeued_as IS NOT NULL"},
+		},
+	},
+	{ // 0004_projections
+		Name:     "baton_projection_header",
+		Unlogged: true,
+		Columns: []columnShape{
+			{Name: "generation", Type: "bigint", NotNull: true},
+			{Name: "subject_type", Type: "text", NotNull: true},
+			{Name: "subject_id", Type: "text", NotNull: true},
+			{Name: "active", Type: "boolean", NotNull: true},
+			{Name: "created_at", Type: "timestamp with time zone", NotNull: true},
+		},
+		Indexes: []indexShape{
+			{Name: "baton_projection_header_pkey", Columns: []string{"generation"}, Unique: true},
+			{Name: "baton_projection_header_active", Columns: []string{"subject_type", "subject_id"}, Unique: true, Predicate: "active"},
+			{Name: "baton_projection_header_superseded", Columns: []string{"generation"}, Predicate: "NOT active"},
+		},
+	},
+	{ // 0004_projections
+		Name:     "baton_projection_detail",
+		Unlogged: true,
+		Columns: []columnShape{
+			{Name: "generation", Type: "bigint", NotNull: true},
+			{Name: "resource_type", Type: "text", NotNull: true},
+			{Name: "resource_id", Type: "text", NotNull: true},
+			{Name: "mask", Type: "bigint", NotNull: true},
+		},
+		Indexes: []indexShape{
+			{Name: "baton_projection_detail_pkey", Columns: []string{"generation", "resource_type", "resource_id"}, Unique: true},
 		},
 	},
 }

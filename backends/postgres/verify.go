@@ -50,9 +50,10 @@ type VerifyOptions struct {
 
 // VerifySchema checks, read-only, that baton's tables in the schema have the
 // shape this binary expects: every table, column (type and nullability) and
-// index (key columns and uniqueness) from the expected-shape description.
-// It returns nil, a *SchemaError listing every difference at once (so one
-// look fixes them all), or another error when the catalog could not be read.
+// index (key columns, uniqueness, and the predicate of a partial index) from
+// the expected-shape description. It returns nil, a *SchemaError listing
+// every difference at once (so one look fixes them all), or another error
+// when the catalog could not be read.
 //
 // Extra tables, columns and indexes are not problems: an operator may add
 // indexes, and a schema migrated by a newer baton still serves an older
@@ -147,6 +148,8 @@ func recordedVersion(ctx context.Context, tx pgx.Tx, schema string) (version int
 type actualTable struct {
 	Columns map[string]columnShape
 	Indexes map[string]indexShape
+	// Unlogged is set for an UNLOGGED table.
+	Unlogged bool
 }
 
 // readTables reads the columns and indexes of the named ordinary or
@@ -155,7 +158,8 @@ type actualTable struct {
 // table of the schema. Tables that do not exist are absent from the result.
 func readTables(ctx context.Context, tx pgx.Tx, schema string, names []string) (map[string]*actualTable, error) {
 	const columnsQuery = `
-SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull
+SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,
+       c.relpersistence = 'u'
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -165,7 +169,9 @@ ORDER BY c.relname, a.attnum`
 	const indexesQuery = `
 SELECT t.relname, i.relname, x.indisunique,
        ARRAY(SELECT pg_catalog.pg_get_indexdef(x.indexrelid, k, true)
-             FROM generate_series(1, x.indnkeyatts) AS k ORDER BY k)
+                    || CASE WHEN x.indoption[k - 1] & 1 = 1 THEN ' DESC' ELSE '' END
+             FROM generate_series(1, x.indnkeyatts) AS k ORDER BY k),
+       coalesce(pg_catalog.pg_get_expr(x.indpred, x.indrelid, true), '')
 FROM pg_catalog.pg_index x
 JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
 JOIN pg_catalog.pg_class t ON t.oid = x.indrelid
@@ -182,10 +188,11 @@ ORDER BY t.relname, i.relname`
 	var table string
 	var column, typ *string // NULL for a table without columns
 	var notNull *bool
-	_, err = pgx.ForEachRow(rows, []any{&table, &column, &typ, &notNull}, func() error {
+	var unlogged bool
+	_, err = pgx.ForEachRow(rows, []any{&table, &column, &typ, &notNull, &unlogged}, func() error {
 		t := tables[table]
 		if t == nil {
-			t = &actualTable{Columns: map[string]columnShape{}, Indexes: map[string]indexShape{}}
+			t = &actualTable{Columns: map[string]columnShape{}, Indexes: map[string]indexShape{}, Unlogged: unlogged}
 			tables[table] = t
 		}
 		if column != nil {
@@ -201,12 +208,12 @@ ORDER BY t.relname, i.relname`
 	if err != nil {
 		return nil, fmt.Errorf("read indexes: %w", err)
 	}
-	var index string
+	var index, predicate string
 	var unique bool
 	var keys []string
-	_, err = pgx.ForEachRow(rows, []any{&table, &index, &unique, &keys}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&table, &index, &unique, &keys, &predicate}, func() error {
 		if t := tables[table]; t != nil {
-			t.Indexes[index] = indexShape{Name: index, Columns: slices.Clone(keys), Unique: unique}
+			t.Indexes[index] = indexShape{Name: index, Columns: slices.Clone(keys), Unique: unique, Predicate: predicate}
 		}
 		return nil
 	})
@@ -225,6 +232,9 @@ func compareShapes(expected []tableShape, actual map[string]*actualTable) []stri
 		if got == nil {
 			problems = append(problems, fmt.Sprintf("table %s is missing", want.Name))
 			continue
+		}
+		if got.Unlogged != want.Unlogged {
+			problems = append(problems, fmt.Sprintf("table %s is %s, want %s", want.Name, persistence(got.Unlogged), persistence(want.Unlogged)))
 		}
 		for _, wc := range want.Columns {
 			gc, ok := got.Columns[wc.Name]
@@ -251,6 +261,9 @@ func compareShapes(expected []tableShape, actual map[string]*actualTable) []stri
 			if gi.Unique != wi.Unique {
 				problems = append(problems, fmt.Sprintf("index %s on %s is %s, want %s", wi.Name, want.Name, uniqueness(gi.Unique), uniqueness(wi.Unique)))
 			}
+			if gi.Predicate != wi.Predicate {
+				problems = append(problems, fmt.Sprintf("index %s on %s covers %s, want %s", wi.Name, want.Name, coverage(gi.Predicate), coverage(wi.Predicate)))
+			}
 		}
 	}
 	return problems
@@ -264,7 +277,27 @@ func describeColumn(c columnShape) string {
 }
 
 func describeIndex(i indexShape) string {
-	return fmt.Sprintf("%s (%s)", uniqueness(i.Unique), strings.Join(i.Columns, ", "))
+	d := fmt.Sprintf("%s (%s)", uniqueness(i.Unique), strings.Join(i.Columns, ", "))
+	if i.Predicate != "" {
+		d += " WHERE " + i.Predicate
+	}
+	return d
+}
+
+// persistence names a table's kind of storage.
+func persistence(unlogged bool) string {
+	if unlogged {
+		return "UNLOGGED"
+	}
+	return "logged"
+}
+
+// coverage names the rows a (partial) index covers.
+func coverage(predicate string) string {
+	if predicate == "" {
+		return "every row"
+	}
+	return "only rows WHERE " + predicate
 }
 
 func nullability(notNull bool) string {
