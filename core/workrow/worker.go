@@ -1,0 +1,491 @@
+package workrow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// Worker claims batches of rows from a Store, runs the Handler for each row
+// with no transaction or lock held, and finalizes the outcomes.
+//
+// While a batch is at work, a goroutine of its own renews the lease of the
+// rows not yet finalized every RenewEvery. A renewal that finds a row taken
+// by another worker cancels that row's handler (cause ErrNotOwned) and
+// drops its outcome; when no renewal succeeds before the lease ends, the
+// running handler is cancelled (cause ErrLeaseExpired), no further row of
+// the batch is started, and the rows not started are released. Outcomes are
+// finalized together (FinalizeMany) when the batch ends or when the oldest
+// has waited FlushInterval; each finalize is guarded by the batch's lock id,
+// so a row lost meanwhile is logged and never overwritten.
+type Worker[K comparable, R any] struct {
+	cfg Config[K, R]
+}
+
+// NewWorker validates cfg and returns a Worker. Nothing runs until Run or
+// RunBatch.
+func NewWorker[K comparable, R any](cfg Config[K, R]) (*Worker[K, R], error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Worker[K, R]{cfg: cfg}, nil
+}
+
+// Run claims and works batches until ctx ends, then finalizes the outcomes
+// it has, releases the rows of its batch it did not start, and returns nil.
+// A claim that found nothing waits IdleDelay; a store error is logged and
+// waits ErrorDelay. Run may be called from several goroutines at once: each
+// call is one claim loop, and the caller owns its goroutine.
+func (w *Worker[K, R]) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		n, err := w.RunBatch(ctx)
+		var pause time.Duration
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			w.cfg.Logger.WarnContext(ctx, "baton: work row batch failed", "err", err, "retry_in", w.cfg.ErrorDelay)
+			pause = w.cfg.ErrorDelay
+		case n == 0:
+			pause = w.cfg.IdleDelay
+		}
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		}
+	}
+	return nil
+}
+
+// RunBatch claims one batch and works it to the end. It returns how many
+// rows it claimed (0 when nothing was due) and the claim, finalize or
+// release error, if any. When ctx ends mid-batch, the running handler's
+// ctx ends with it; the outcomes already decided are still finalized and
+// the rest of the batch is released, within StoreTimeout.
+func (w *Worker[K, R]) RunBatch(ctx context.Context) (int, error) {
+	start := time.Now()
+	spec := ClaimSpec{
+		LockID:     NewLockID(),
+		Now:        start,
+		LeaseUntil: start.Add(w.cfg.Lease),
+		BatchSize:  w.cfg.BatchSize,
+		Eligible:   w.cfg.Eligible,
+		Order:      w.cfg.Order,
+		OnClaim:    w.cfg.OnClaim,
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.StoreTimeout)
+	rows, err := w.cfg.Store.Claim(cctx, spec)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("baton/workrow: claim: %w", err)
+	}
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	b := &batch[K, R]{
+		w:          w,
+		log:        w.cfg.Logger.With("lock_id", spec.LockID.String()),
+		lock:       spec.LockID,
+		rows:       rows,
+		state:      make([]rowState, len(rows)),
+		cancel:     make([]context.CancelCauseFunc, len(rows)),
+		finals:     make([]Final[K], len(rows)),
+		validUntil: start.Add(w.cfg.Lease),
+		decided:    make(chan struct{}, 1),
+	}
+	return len(rows), b.run(ctx)
+}
+
+type rowState int
+
+const (
+	rowPending  rowState = iota // claimed, handler not started
+	rowRunning                  // handler running
+	rowDecided                  // outcome waiting to be finalized
+	rowFinished                 // finalized (or its finalize failed), released, or dropped
+	rowLost                     // a renewal found it taken by another worker
+)
+
+// batch is one claimed batch at work. mu guards the row states and the
+// lease; storeMu keeps renewals and finalizes from overlapping, so a
+// renewal never sees a row whose finalize is in flight.
+type batch[K comparable, R any] struct {
+	w    *Worker[K, R]
+	log  *slog.Logger
+	lock LockID
+	rows []Claimed[K, R]
+
+	storeMu sync.Mutex
+
+	mu         sync.Mutex
+	state      []rowState
+	cancel     []context.CancelCauseFunc // of running handlers
+	finals     []Final[K]
+	pending    []int // rows decided, not yet finalized
+	decided    chan struct{}
+	errs       []error
+	validUntil time.Time // local trust in the lease, monotonic
+	expired    bool
+	watchdog   *time.Timer
+}
+
+func (b *batch[K, R]) run(ctx context.Context) error {
+	b.mu.Lock()
+	b.watchdog = time.AfterFunc(time.Until(b.validUntil), b.expire)
+	b.mu.Unlock()
+
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	keeperDone := make(chan struct{})
+	go func() {
+		defer close(keeperDone)
+		b.keep(keepCtx)
+	}()
+
+	for i := range b.rows {
+		if ctx.Err() != nil || b.isExpired() {
+			break
+		}
+		rctx, ok := b.start(ctx, i)
+		if !ok {
+			continue
+		}
+		out, interrupted := b.call(rctx, i)
+		b.decide(i, out, interrupted)
+	}
+
+	stopKeeping()
+	<-keeperDone
+	b.mu.Lock()
+	b.watchdog.Stop()
+	b.mu.Unlock()
+	if err := b.flush(ctx); err != nil {
+		b.addErr(err)
+	}
+	if err := b.releaseUnstarted(ctx); err != nil {
+		b.addErr(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return errors.Join(b.errs...)
+}
+
+func (b *batch[K, R]) addErr(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.errs = append(b.errs, err)
+}
+
+// keep is the batch's background goroutine: it renews the lease every
+// RenewEvery and finalizes decided rows once the first of them has waited
+// FlushInterval, while the handlers go on. The batch stops it before its
+// last flush.
+func (b *batch[K, R]) keep(ctx context.Context) {
+	cfg := &b.w.cfg
+	renew := time.NewTicker(cfg.RenewEvery)
+	defer renew.Stop()
+	var flushTimer *time.Timer
+	var flushC <-chan time.Time
+	defer func() {
+		if flushTimer != nil {
+			flushTimer.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-renew.C:
+			b.renew(ctx)
+		case <-b.decided:
+			if flushC == nil {
+				flushTimer = time.NewTimer(cfg.FlushInterval)
+				flushC = flushTimer.C
+			}
+		case <-flushC:
+			flushC = nil
+			if err := b.flush(ctx); err != nil {
+				b.addErr(err)
+			}
+		}
+	}
+}
+
+// start marks row i running and returns its handler's context, or false
+// when the row must not be worked (lost, or the lease has run out).
+func (b *batch[K, R]) start(ctx context.Context, i int) (context.Context, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state[i] != rowPending || b.expired {
+		return nil, false
+	}
+	b.state[i] = rowRunning
+	rctx, cancel := context.WithCancelCause(ctx)
+	b.cancel[i] = cancel
+	return rctx, true
+}
+
+// call runs the handler; a panic is a failure. interrupted reports whether
+// the handler's context ended while it ran (shutdown, lease, loss).
+func (b *batch[K, R]) call(rctx context.Context, i int) (out Outcome, interrupted bool) {
+	cfg := &b.w.cfg
+	row := b.rows[i]
+	defer func() {
+		if v := recover(); v != nil {
+			perr := &PanicError{Value: v, Stack: debug.Stack()}
+			b.log.Error("baton: work row handler panicked", "id", row.ID, "panic", v, "stack", string(perr.Stack))
+			out = Fail(perr)
+		}
+		interrupted = rctx.Err() != nil
+		b.mu.Lock()
+		b.cancel[i](nil)
+		b.cancel[i] = nil
+		b.mu.Unlock()
+	}()
+	if cfg.MaxAttempts > 0 {
+		if a := cfg.Attempt(row.Row); a > cfg.MaxAttempts {
+			return Park(fmt.Errorf("%w: claimed for attempt %d of %d", ErrAttemptsExhausted, a, cfg.MaxAttempts)), false
+		}
+	}
+	return cfg.Handler(rctx, row), false
+}
+
+// decide turns row i's outcome into its Final, to be flushed.
+func (b *batch[K, R]) decide(i int, out Outcome, interrupted bool) {
+	cfg := &b.w.cfg
+	row := b.rows[i]
+	now := time.Now()
+
+	b.mu.Lock()
+	lost := b.state[i] == rowLost
+	b.mu.Unlock()
+	if lost {
+		b.log.Warn("baton: work row was taken by another worker while at work; its outcome is dropped",
+			"id", row.ID, "outcome", out.kind.String())
+		return
+	}
+
+	kind, err := out.kind, out.err
+	if kind == kindNone {
+		kind, err = KindFail, ErrNoOutcome
+	}
+	if kind == KindPark && cfg.OnPark == nil {
+		kind = KindFail
+	}
+	if kind == KindFail && interrupted {
+		// The attempt was cut short by this worker (shutdown or lease),
+		// not by the row: hand it back rather than count a failure.
+		kind = KindRelease
+	}
+	attempt := cfg.Attempt(row.Row)
+	if kind == KindFail && cfg.MaxAttempts > 0 && attempt >= cfg.MaxAttempts {
+		kind = KindPark
+	}
+
+	f := Final[K]{ID: row.ID}
+	switch kind {
+	case KindComplete:
+		f.Set = mergeSets(cfg.OnComplete(now), out.set)
+	case KindFail:
+		var base []Set
+		if cfg.OnFail != nil {
+			base = cfg.OnFail(now, err)
+		}
+		f.Set = mergeSets(base, out.set)
+		delay := cfg.Backoff.Delay(attempt, out.retryAfter)
+		f.VisibleAfter = now.Add(delay)
+		b.log.Info("baton: work row attempt failed", "id", row.ID, "attempt", attempt, "retry_in", delay, "err", err)
+	case KindPark:
+		f.Set = mergeSets(cfg.OnPark(now, err), out.set)
+		b.log.Warn("baton: work row parked", "id", row.ID, "attempt", attempt, "err", err)
+	case KindRelease:
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state[i] == rowLost {
+		return
+	}
+	b.state[i] = rowDecided
+	b.finals[i] = f
+	b.pending = append(b.pending, i)
+	select {
+	case b.decided <- struct{}{}:
+	default:
+	}
+}
+
+// mergeSets is base then extra, where extra wins for a column both set.
+func mergeSets(base, extra []Set) []Set {
+	if len(extra) == 0 {
+		return base
+	}
+	out := make([]Set, 0, len(base)+len(extra))
+	for _, s := range base {
+		overridden := false
+		for _, e := range extra {
+			overridden = overridden || e.column == s.column
+		}
+		if !overridden {
+			out = append(out, s)
+		}
+	}
+	return append(out, extra...)
+}
+
+// flush finalizes every decided row in one store call.
+func (b *batch[K, R]) flush(ctx context.Context) error {
+	b.storeMu.Lock()
+	defer b.storeMu.Unlock()
+
+	b.mu.Lock()
+	idx := b.pending
+	b.pending = nil
+	finals := make([]Final[K], len(idx))
+	for j, i := range idx {
+		finals[j] = b.finals[i]
+		b.state[i] = rowFinished
+	}
+	b.mu.Unlock()
+	if len(finals) == 0 {
+		return nil
+	}
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.w.cfg.StoreTimeout)
+	defer cancel()
+	owned, err := b.w.cfg.Store.FinalizeMany(sctx, b.lock, finals)
+	if err == nil && len(owned) != len(finals) {
+		err = fmt.Errorf("the store answered %d results for %d rows", len(owned), len(finals))
+	}
+	if err != nil {
+		b.log.Error("baton: finalizing work rows failed; they become claimable when their lease ends", "rows", len(finals), "err", err)
+		return fmt.Errorf("baton/workrow: finalize %d rows: %w", len(finals), err)
+	}
+	for j, ok := range owned {
+		if !ok {
+			b.log.Warn("baton: work row was taken by another worker before its outcome was recorded; nothing was overwritten",
+				"id", finals[j].ID)
+		}
+	}
+	return nil
+}
+
+// releaseUnstarted hands back the rows whose handler never ran.
+func (b *batch[K, R]) releaseUnstarted(ctx context.Context) error {
+	b.mu.Lock()
+	var ids []K
+	for i, s := range b.state {
+		if s == rowPending {
+			ids = append(ids, b.rows[i].ID)
+			b.state[i] = rowFinished
+		}
+	}
+	b.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.w.cfg.StoreTimeout)
+	defer cancel()
+	if _, err := b.w.cfg.Store.ReleaseMany(sctx, b.lock, ids); err != nil {
+		b.log.Warn("baton: releasing unworked rows failed; they become claimable when their lease ends", "rows", len(ids), "err", err)
+		return fmt.Errorf("baton/workrow: release %d rows: %w", len(ids), err)
+	}
+	b.log.Debug("baton: released unworked rows", "rows", len(ids))
+	return nil
+}
+
+func (b *batch[K, R]) isExpired() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.expired
+}
+
+// expire runs when the local trust in the lease ends: the running handler
+// is cancelled and no further row is started.
+func (b *batch[K, R]) expire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.expired || time.Now().Before(b.validUntil) {
+		return // a renewal moved the end after this timer fired
+	}
+	b.expired = true
+	for i, cancel := range b.cancel {
+		if cancel != nil {
+			cancel(ErrLeaseExpired)
+			b.log.Warn("baton: work row lease ran out before a renewal succeeded; its handler is cancelled", "id", b.rows[i].ID)
+		}
+	}
+}
+
+// renew extends the lease of every row still held.
+func (b *batch[K, R]) renew(ctx context.Context) {
+	cfg := &b.w.cfg
+	b.storeMu.Lock()
+	defer b.storeMu.Unlock()
+
+	b.mu.Lock()
+	var idx []int
+	var ids []K
+	for i, s := range b.state {
+		if s == rowPending || s == rowRunning || s == rowDecided {
+			idx = append(idx, i)
+			ids = append(ids, b.rows[i].ID)
+		}
+	}
+	b.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+
+	start := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, cfg.StoreTimeout)
+	owned, err := cfg.Store.RenewMany(sctx, b.lock, start.Add(cfg.Lease), ids)
+	cancel()
+	if err == nil && len(owned) != len(ids) {
+		err = fmt.Errorf("the store answered %d results for %d rows", len(owned), len(ids))
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			b.log.Warn("baton: renewing work rows failed; the batch stops when its lease runs out", "rows", len(ids), "err", err)
+		}
+		return
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.expired {
+		b.validUntil = start.Add(cfg.Lease)
+		b.watchdog.Reset(time.Until(b.validUntil))
+	}
+	for j, ok := range owned {
+		i := idx[j]
+		if ok || b.state[i] == rowFinished || b.state[i] == rowLost {
+			continue
+		}
+		if b.state[i] == rowDecided {
+			b.pending = removeIndex(b.pending, i)
+		}
+		b.state[i] = rowLost
+		if c := b.cancel[i]; c != nil {
+			c(ErrNotOwned)
+		}
+		b.log.Warn("baton: work row was taken by another worker; dropping it", "id", b.rows[i].ID)
+	}
+}
+
+func removeIndex(list []int, v int) []int {
+	for j, x := range list {
+		if x == v {
+			return append(list[:j], list[j+1:]...)
+		}
+	}
+	return list
+}
