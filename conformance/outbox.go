@@ -1248,6 +1248,9 @@ func (s *outboxSuite) requeue(t *testing.T) {
 	}
 	d := x.getDead(es[0].ID)
 	x.checkDead(d, es[0], "parked "+es[0].ID.String(), true)
+	if d.RequeuedAt.IsZero() || d.RequeuedAt.Before(d.ParkedAt) {
+		t.Errorf("the dead letter's RequeuedAt is %v, want the requeue time (parked at %v)", d.RequeuedAt, d.ParkedAt)
+	}
 	if d.RequeuedAs != newID {
 		t.Errorf("the dead letter's RequeuedAs is %s, want the new id %s", d.RequeuedAs, newID)
 	}

@@ -417,7 +417,7 @@ func (s *OutboxStore) Requeue(ctx context.Context, id, newID outbox.ID) error {
 	s.insert([]outbox.Entry{{
 		XID: xid, ID: newID, Lane: d.Lane, Payload: slices.Clone(d.Payload), CreatedAt: s.clock(),
 	}})
-	d.RequeuedAs = newID
+	d.RequeuedAs, d.RequeuedAt = newID, s.clock()
 	return nil
 }
 
@@ -445,7 +445,7 @@ func (s *OutboxStore) DeleteDelivered(ctx context.Context, upTo outbox.Cursor, w
 	cutoff := s.clock().Add(-window)
 	n := 0
 	s.entries = slices.DeleteFunc(s.entries, func(e outbox.Entry) bool {
-		if n == limit || e.CreatedAt.After(cutoff) || e.Cursor().Compare(upTo) > 0 {
+		if n == limit || !e.CreatedAt.Before(cutoff) || e.Cursor().Compare(upTo) > 0 {
 			return false
 		}
 		n++
@@ -455,7 +455,7 @@ func (s *OutboxStore) DeleteDelivered(ctx context.Context, upTo outbox.Cursor, w
 	return n, nil
 }
 
-// DeleteRequeued implements outbox.Store, oldest parked first.
+// DeleteRequeued implements outbox.Store, oldest requeued first.
 func (s *OutboxStore) DeleteRequeued(ctx context.Context, window time.Duration, limit int) (int, error) {
 	if err := checkRetention("delete requeued", window, limit); err != nil {
 		return 0, err
@@ -468,12 +468,12 @@ func (s *OutboxStore) DeleteRequeued(ctx context.Context, window time.Duration, 
 	cutoff := s.clock().Add(-window)
 	var due []*outbox.DeadLetter
 	for _, d := range s.dead {
-		if !d.RequeuedAs.IsNil() && !d.ParkedAt.After(cutoff) {
+		if !d.RequeuedAs.IsNil() && d.RequeuedAt.Before(cutoff) {
 			due = append(due, d)
 		}
 	}
 	slices.SortFunc(due, func(a, b *outbox.DeadLetter) int {
-		if c := a.ParkedAt.Compare(b.ParkedAt); c != 0 {
+		if c := a.RequeuedAt.Compare(b.RequeuedAt); c != 0 {
 			return c
 		}
 		return a.ID.Compare(b.ID)

@@ -143,27 +143,30 @@ func TestOutboxStore_InjectedClockStampsAndDrivesRetention(t *testing.T) {
 	}
 	cur := es[2].Cursor()
 
-	// Delivered entries: one nanosecond inside the window, then at its edge.
-	clock.Advance(window - 10*time.Minute - time.Nanosecond)
+	// Delivered entries: at the window's edge they stay ("more than window
+	// ago"), one nanosecond later they go.
+	clock.Advance(window - 10*time.Minute)
 	if n, err := st.DeleteDelivered(ctx, cur, window, 10); err != nil || n != 0 {
-		t.Fatalf("DeleteDelivered a nanosecond inside the window = %d, %v; want 0", n, err)
+		t.Fatalf("DeleteDelivered at the window's edge = %d, %v; want 0", n, err)
 	}
 	clock.Advance(time.Nanosecond)
 	if n, err := st.DeleteDelivered(ctx, cur, window, 10); err != nil || n != 2 {
-		t.Fatalf("DeleteDelivered at the window's edge = %d, %v; want the 2 delivered", n, err)
+		t.Fatalf("DeleteDelivered a nanosecond past the window = %d, %v; want the 2 delivered", n, err)
 	}
 	left := scanIDs(t, st, outbox.Cursor{})
 	if len(left) != 1 || slices.Contains(left, a) || slices.Contains(left, b) || slices.Contains(left, c) {
 		t.Fatalf("after retention the outbox holds %v, want only the requeued entry", left)
 	}
 
-	// Requeued dead letters, measured from parked_at.
+	// Requeued dead letters, measured from the requeue (10 minutes after
+	// the entries were written), so the record of the replay stays a whole
+	// window.
 	if n, err := st.DeleteRequeued(ctx, window, 10); err != nil || n != 0 {
 		t.Fatalf("DeleteRequeued inside the window = %d, %v; want 0", n, err)
 	}
 	clock.Advance(10 * time.Minute)
 	if n, err := st.DeleteRequeued(ctx, window, 10); err != nil || n != 1 {
-		t.Fatalf("DeleteRequeued at the window's edge = %d, %v; want 1", n, err)
+		t.Fatalf("DeleteRequeued past the window = %d, %v; want 1", n, err)
 	}
 }
 

@@ -192,7 +192,7 @@ func newOutboxStatements(schema string) outboxStatements {
 		listDead:       outboxListDeadSQL(d, false),
 		listDeadBefore: outboxListDeadSQL(d, true),
 		deadExists:     `SELECT EXISTS (SELECT 1 FROM ` + d + ` WHERE id = $1)`,
-		getDead:        `SELECT id, xid, lane, error, parked_at, requeued_as, payload FROM ` + d + ` WHERE id = $1`,
+		getDead:        `SELECT id, xid, lane, error, parked_at, requeued_as, requeued_at, payload FROM ` + d + ` WHERE id = $1`,
 		lockDead: `SELECT dl.requeued_as, EXISTS (SELECT 1 FROM ` + d + ` AS used WHERE used.id = $2)
 FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 		requeue:        outboxRequeueSQL(t, d),
@@ -289,7 +289,7 @@ WHERE s.value IS DISTINCT FROM excluded.value`
 // the rest of the condition only skips the dead letters parked together
 // with the previous page's last one and listed on it already.
 func outboxListDeadSQL(d string, before bool) string {
-	const columns = `id, xid, lane, error, parked_at, requeued_as`
+	const columns = `id, xid, lane, error, parked_at, requeued_as, requeued_at`
 	if !before {
 		return `SELECT ` + columns + ` FROM ` + d + `
 ORDER BY parked_at DESC, id
@@ -312,7 +312,7 @@ func outboxRequeueSQL(t, d string) string {
     SELECT $2, dl.lane, dl.payload FROM ` + d + ` AS dl WHERE dl.id = $1
     RETURNING id
 )
-UPDATE ` + d + ` AS dl SET requeued_as = r.id
+UPDATE ` + d + ` AS dl SET requeued_as = r.id, requeued_at = now()
 FROM requeued AS r
 WHERE dl.id = $1`
 }
@@ -342,8 +342,8 @@ WHERE ctid = ANY (ARRAY(
     WHERE head.created_at < now() - $3::interval))`
 }
 
-// outboxDeleteRequeuedSQL deletes requeued dead letters of the quoted table
-// d parked more than the window ago. Parameters: $1 the window (interval),
+// outboxDeleteRequeuedSQL deletes dead letters of the quoted table d
+// requeued more than the window ago. Parameters: $1 the window (interval),
 // $2 the limit. The oldest go first, along the partial index
 // baton_outbox_dead_requeued, which holds requeued dead letters only: the
 // ones never requeued, kept for an operator, are not even read.
@@ -351,8 +351,8 @@ func outboxDeleteRequeuedSQL(d string) string {
 	return `DELETE FROM ` + d + `
 WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM ` + d + `
-    WHERE requeued_as IS NOT NULL AND parked_at < now() - $1::interval
-    ORDER BY parked_at
+    WHERE requeued_as IS NOT NULL AND requeued_at < now() - $1::interval
+    ORDER BY requeued_at
     LIMIT $2))`
 }
 
@@ -600,14 +600,15 @@ func (s *OutboxStore) ListDead(ctx context.Context, opts outbox.ListOptions) ([]
 	return dead, nil
 }
 
-// scanDeadLetter decodes id, xid, lane, error, parked_at, requeued_as and,
-// when the row has a seventh column, the payload.
+// scanDeadLetter decodes id, xid, lane, error, parked_at, requeued_as,
+// requeued_at and, when the row has an eighth column, the payload.
 func scanDeadLetter(row pgx.CollectableRow) (outbox.DeadLetter, error) {
 	var (
-		d        outbox.DeadLetter
-		requeued pgtype.UUID
+		d          outbox.DeadLetter
+		requeued   pgtype.UUID
+		requeuedAt pgtype.Timestamptz
 	)
-	dest := []any{(*[16]byte)(&d.ID), &d.XID, &d.Lane, &d.Error, &d.ParkedAt, &requeued}
+	dest := []any{(*[16]byte)(&d.ID), &d.XID, &d.Lane, &d.Error, &d.ParkedAt, &requeued, &requeuedAt}
 	if len(row.FieldDescriptions()) > len(dest) {
 		dest = append(dest, &d.Payload)
 	}
@@ -616,6 +617,9 @@ func scanDeadLetter(row pgx.CollectableRow) (outbox.DeadLetter, error) {
 	}
 	if requeued.Valid {
 		d.RequeuedAs = outbox.ID(requeued.Bytes)
+	}
+	if requeuedAt.Valid {
+		d.RequeuedAt = requeuedAt.Time
 	}
 	return d, nil
 }

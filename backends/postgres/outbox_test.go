@@ -706,7 +706,7 @@ func TestVerifySchemaNamesOutboxIndexesRebuiltWithoutTheirPredicateOrDirection(t
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
 	for _, stmt := range []string{
 		"DROP INDEX baton_outbox_dead_requeued",
-		"CREATE INDEX baton_outbox_dead_requeued ON baton_outbox_dead (parked_at)",
+		"CREATE INDEX baton_outbox_dead_requeued ON baton_outbox_dead (requeued_at)",
 		"DROP INDEX baton_outbox_dead_parked",
 		"CREATE INDEX baton_outbox_dead_parked ON baton_outbox_dead (parked_at, id)",
 	} {
@@ -886,9 +886,10 @@ FROM generate_series(1, 1000) AS g`, int64(c), int64(horizon))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = env.Pool.Exec(ctx, `INSERT INTO baton_outbox_dead (id, xid, lane, payload, error, parked_at, requeued_as)
+	_, err = env.Pool.Exec(ctx, `INSERT INTO baton_outbox_dead (id, xid, lane, payload, error, parked_at, requeued_as, requeued_at)
 SELECT gen_random_uuid(), g::text::xid8, 'plan.dead', '{}', 'rejected', now() - g * interval '1 minute',
-       CASE WHEN g % 10 = 0 THEN gen_random_uuid() END
+       CASE WHEN g % 10 = 0 THEN gen_random_uuid() END,
+       CASE WHEN g % 10 = 0 THEN now() - g * interval '30 seconds' END
 FROM generate_series(1, 100000) AS g`)
 	if err != nil {
 		t.Fatal(err)
@@ -930,7 +931,7 @@ FROM generate_series(1, 100000) AS g`)
 		{"outbox_list_dead_before", st.sql.listDeadBefore, "100, '" + someDead + "'",
 			map[string][]string{"baton_outbox_dead_parked": {"parked_at <="}, "baton_outbox_dead_pkey": {"id ="}}},
 		{"outbox_delete_requeued", st.sql.deleteRequeued, "'7 days', 1000",
-			map[string][]string{"baton_outbox_dead_requeued": {"parked_at < (now() -"}}},
+			map[string][]string{"baton_outbox_dead_requeued": {"requeued_at < (now() -"}}},
 	}
 	for _, s := range statements {
 		if _, err := conn.Exec(ctx, "PREPARE "+s.name+" AS "+s.query); err != nil {

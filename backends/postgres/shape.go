@@ -101,11 +101,12 @@ var expectedShape = []tableShape{
 			{Name: "error", Type: "text", NotNull: true},
 			{Name: "parked_at", Type: "timestamp with time zone", NotNull: true},
 			{Name: "requeued_as", Type: "uuid"},
+			{Name: "requeued_at", Type: "timestamp with time zone"},
 		},
 		Indexes: []indexShape{
 			{Name: "baton_outbox_dead_pkey", Columns: []string{"id"}, Unique: true},
 			{Name: "baton_outbox_dead_parked", Columns: []string{"parked_at DESC", "id"}},
-			{Name: "baton_outbox_dead_requeued", Columns: []string{"parked_at"}, Predicate: "requeued_as IS NOT NULL"},
+			{Name: "baton_outbox_dead_requeued", Columns: []string{"requeued_at"}, Predicate: "requeued_as IS NOT NULL"},
 		},
 	},
 	{ // 0004_projections

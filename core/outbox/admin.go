@@ -67,6 +67,7 @@ type deadLetterJSON struct {
 	Error      string          `json:"error"`
 	ParkedAt   time.Time       `json:"parked_at"`
 	RequeuedAs *ID             `json:"requeued_as"`
+	RequeuedAt *time.Time      `json:"requeued_at"`
 	Payload    json.RawMessage `json:"payload,omitempty"`
 }
 
@@ -75,8 +76,8 @@ func toJSON(d DeadLetter) deadLetterJSON {
 		ID: d.ID, XID: strconv.FormatUint(d.XID, 10), Lane: d.Lane, Error: d.Error, ParkedAt: d.ParkedAt,
 	}
 	if !d.RequeuedAs.IsNil() {
-		r := d.RequeuedAs
-		out.RequeuedAs = &r
+		r, at := d.RequeuedAs, d.RequeuedAt
+		out.RequeuedAs, out.RequeuedAt = &r, &at
 	}
 	if d.Payload != nil {
 		out.Payload = json.RawMessage(d.Payload)

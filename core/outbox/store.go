@@ -75,6 +75,8 @@ type DeadLetter struct {
 	ParkedAt time.Time
 	// RequeuedAs is the id of the entry it was requeued as, or NilID.
 	RequeuedAs ID
+	// RequeuedAt is when it was requeued (store's clock), or zero.
+	RequeuedAt time.Time
 }
 
 // ListOptions page through dead letters, newest parked first.
@@ -123,13 +125,16 @@ type Store interface {
 	// leave everything unchanged.
 	Requeue(ctx context.Context, id, newID ID) error
 
-	// DeleteDelivered deletes at most limit entries at or below upTo and
-	// created before olderThan (store clock minus the window), returning
-	// how many it deleted. It never touches an entry above upTo.
+	// DeleteDelivered deletes at most limit entries at or below upTo that
+	// were created more than window ago (by the store's clock), returning
+	// how many it deleted. It never touches an entry above upTo. It may
+	// delete fewer than limit even when more are eligible (an adapter may
+	// look only at the oldest limit entries); the next sweep takes the rest.
 	DeleteDelivered(ctx context.Context, upTo Cursor, window time.Duration, limit int) (int, error)
 	// DeleteRequeued deletes at most limit dead letters that were requeued
-	// more than window ago (by parked_at), returning how many. Dead
-	// letters never requeued are kept until an operator acts.
+	// more than window ago (by their requeue time, so the record of a
+	// replay stays for the whole window), returning how many. Dead letters
+	// never requeued are kept until an operator acts.
 	DeleteRequeued(ctx context.Context, window time.Duration, limit int) (int, error)
 }
 

@@ -30,7 +30,8 @@ CREATE TABLE baton_outbox_state (
 
 -- Parked entries: moved here, with the reason, by the settlement of the pass
 -- that parked them. A requeue inserts a new entry with a fresh id and records
--- it in requeued_as; only requeued ones are ever deleted by retention
+-- it in requeued_as and the time in requeued_at; only requeued ones are ever
+-- deleted by retention, a window after their requeue
 -- (baton_outbox_dead_requeued), the others wait for an operator. Listings go
 -- newest parked first and, parked together, by id; baton_outbox_dead_parked
 -- holds that order, so a page is one forward index scan.
@@ -41,7 +42,9 @@ CREATE TABLE baton_outbox_dead (
     payload     jsonb       NOT NULL,
     error       text        NOT NULL,
     parked_at   timestamptz NOT NULL DEFAULT now(),
-    requeued_as uuid
+    requeued_as uuid,
+    requeued_at timestamptz,
+    CHECK ((requeued_as IS NULL) = (requeued_at IS NULL))
 );
 CREATE INDEX baton_outbox_dead_parked ON baton_outbox_dead (parked_at DESC, id);
-CREATE INDEX baton_outbox_dead_requeued ON baton_outbox_dead (parked_at) WHERE requeued_as IS NOT NULL;
+CREATE INDEX baton_outbox_dead_requeued ON baton_outbox_dead (requeued_at) WHERE requeued_as IS NOT NULL;
