@@ -8,8 +8,12 @@
 // (xid, id) order. That is the order in which transactions took their xid,
 // which PostgreSQL assigns at a transaction's first write: it is NOT commit
 // order. Two transactions that change the same entity stay in order when
-// the entity-row write is each one's first write (the row lock then makes
-// the second wait for the first) and the enqueue follows it.
+// each locks the entity row (SELECT … FOR UPDATE, which takes no xid)
+// before its first write, and enqueues after changing it: the second then
+// takes its xid only after the first committed. Starting with the UPDATE
+// itself is almost as good, but an UPDATE holds its xid while it waits for
+// the row lock, so two racing updates can get xids in the opposite order
+// of their changes. docs/outbox.md has the details.
 //
 // The walk only reads below the horizon: xids older than the oldest
 // transaction still in progress. Entries of a transaction that might still
