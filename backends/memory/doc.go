@@ -10,6 +10,11 @@
 // adapter and a memory store disagree, the memory store shows the intended
 // behaviour.
 //
+// OutboxStore is also its own producer: Begin, Enqueue and Commit stand in
+// for the caller's database transaction, with PostgreSQL's rules for xids
+// (taken at the first write) and visibility (below the oldest open
+// transaction).
+//
 // Every store is safe for concurrent use. Where a rule depends on time, the
 // store judges it by its own clock, which the options let a test replace.
 package memory

@@ -1,6 +1,12 @@
 // Package postgres holds baton's PostgreSQL backend: the pgx v5 stores that
 // implement baton's core interfaces, and the schema of the tables they use.
 //
+// The stores: LeaseStore (role leases, with NOTIFY on release),
+// OutboxStore and Enqueue (the transactional outbox, on the caller's
+// transaction), ProjectionStore (UNLOGGED, generation-swapped projections)
+// and WorkRows (leased work rows on the application's own tables). Each
+// maps driver errors to core's sentinel errors in one place.
+//
 // # Schema
 //
 // The package owns the shape of baton's tables. The shape is written down
