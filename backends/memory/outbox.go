@@ -422,11 +422,8 @@ func (s *OutboxStore) Requeue(ctx context.Context, id, newID outbox.ID) error {
 }
 
 func checkRetention(op string, window time.Duration, limit int) error {
-	switch {
-	case limit < 1:
-		return fmt.Errorf("baton/memory: %s: limit is %d; it must be at least 1", op, limit)
-	case window < 0:
-		return fmt.Errorf("baton/memory: %s: window is %v; it must not be negative", op, window)
+	if err := outbox.CheckRetention(window, limit); err != nil {
+		return fmt.Errorf("baton/memory %s: %w", op, err)
 	}
 	return nil
 }

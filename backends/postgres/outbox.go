@@ -708,11 +708,8 @@ func (s *OutboxStore) DeleteRequeued(ctx context.Context, window time.Duration, 
 }
 
 func checkRetention(op string, window time.Duration, limit int) error {
-	switch {
-	case window < 0:
-		return fmt.Errorf("baton/postgres: outbox %s: the window is %v; it must not be negative", op, window)
-	case limit < 1:
-		return fmt.Errorf("baton/postgres: outbox %s: the limit is %d; it must be at least 1", op, limit)
+	if err := outbox.CheckRetention(window, limit); err != nil {
+		return fmt.Errorf("baton/postgres: outbox %s: %w", op, err)
 	}
 	return nil
 }

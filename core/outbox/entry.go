@@ -2,9 +2,6 @@ package outbox
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton/core/internal/name"
+	"github.com/baton-go/baton/core/internal/uuid"
 )
 
 // ID is an entry id: a UUID, chosen by the producer (normally a UUIDv7 from
@@ -30,46 +28,19 @@ const MaxLaneLength = 128
 
 // NewID returns a fresh UUIDv7: 48 bits of Unix milliseconds, then random
 // bits, so ids made later sort later.
-func NewID() ID {
-	var id ID
-	if _, err := rand.Read(id[6:]); err != nil {
-		panic("baton/outbox: no randomness: " + err.Error())
-	}
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(time.Now().UnixMilli()))
-	copy(id[:6], ms[2:])
-	id[6] = id[6]&0x0f | 0x70 // version 7
-	id[8] = id[8]&0x3f | 0x80 // RFC 9562 variant
-	return id
-}
+func NewID() ID { return ID(uuid.NewV7()) }
 
 // ParseID reads the canonical 36-character form (hyphens optional).
 func ParseID(s string) (ID, error) {
-	var id ID
-	h := strings.ReplaceAll(s, "-", "")
-	if len(h) != 32 {
-		return id, fmt.Errorf("baton/outbox: %q is not a UUID", s)
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return NilID, fmt.Errorf("baton/outbox: %q is not a UUID", s)
 	}
-	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
-		return id, fmt.Errorf("baton/outbox: %q is not a UUID", s)
-	}
-	return id, nil
+	return ID(id), nil
 }
 
 // String is the canonical lower-case form with hyphens.
-func (id ID) String() string {
-	var b [36]byte
-	hex.Encode(b[0:8], id[0:4])
-	b[8] = '-'
-	hex.Encode(b[9:13], id[4:6])
-	b[13] = '-'
-	hex.Encode(b[14:18], id[6:8])
-	b[18] = '-'
-	hex.Encode(b[19:23], id[8:10])
-	b[23] = '-'
-	hex.Encode(b[24:], id[10:])
-	return string(b[:])
-}
+func (id ID) String() string { return uuid.Format(id) }
 
 // IsNil reports whether id is the zero ID.
 func (id ID) IsNil() bool { return id == NilID }

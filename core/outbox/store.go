@@ -164,3 +164,16 @@ func CursorFromState(state map[string]string) (Cursor, error) {
 func CursorState(c Cursor) (xid, id string) {
 	return strconv.FormatUint(c.XID, 10), c.ID.String()
 }
+
+// CheckRetention is the argument rule of DeleteDelivered and
+// DeleteRequeued, which every adapter applies before touching anything: a
+// window that is not negative and a limit of at least 1.
+func CheckRetention(window time.Duration, limit int) error {
+	switch {
+	case window < 0:
+		return fmt.Errorf("the window is %v; it must not be negative", window)
+	case limit < 1:
+		return fmt.Errorf("the limit is %d; it must be at least 1", limit)
+	}
+	return nil
+}

@@ -1,12 +1,11 @@
 package workrow
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/baton-go/baton/core/internal/uuid"
 )
 
 // MaxBatchSize is the most rows one claim may take.
@@ -44,48 +43,21 @@ type LockID [16]byte
 // NewLockID returns a fresh lock id, laid out as a version 7 UUID: 48 bits
 // of Unix milliseconds, then random bits. It panics only if the system's
 // random source fails.
-func NewLockID() LockID {
-	var id LockID
-	if _, err := rand.Read(id[6:]); err != nil {
-		panic("baton/workrow: crypto/rand failed: " + err.Error())
-	}
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(time.Now().UnixMilli()))
-	copy(id[:6], ms[2:])
-	id[6] = id[6]&0x0f | 0x70 // version 7
-	id[8] = id[8]&0x3f | 0x80 // RFC 9562 variant
-	return id
-}
+func NewLockID() LockID { return LockID(uuid.NewV7()) }
 
 // IsZero reports whether id is the zero LockID.
 func (id LockID) IsZero() bool { return id == LockID{} }
 
 // String formats id as a UUID: xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
-func (id LockID) String() string {
-	var b [36]byte
-	hex.Encode(b[0:8], id[0:4])
-	b[8] = '-'
-	hex.Encode(b[9:13], id[4:6])
-	b[13] = '-'
-	hex.Encode(b[14:18], id[6:8])
-	b[18] = '-'
-	hex.Encode(b[19:23], id[8:10])
-	b[23] = '-'
-	hex.Encode(b[24:], id[10:])
-	return string(b[:])
-}
+func (id LockID) String() string { return uuid.Format(id) }
 
 // ParseLockID parses the form String writes.
 func ParseLockID(s string) (LockID, error) {
-	var id LockID
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return id, fmt.Errorf("baton/workrow: lock id %q is not a UUID", s)
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return LockID{}, fmt.Errorf("baton/workrow: lock id %q is not a UUID", s)
 	}
-	h := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:]
-	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
-		return LockID{}, fmt.Errorf("baton/workrow: lock id %q is not a UUID: %w", s, err)
-	}
-	return id, nil
+	return LockID(id), nil
 }
 
 // ClaimSpec is one claim: which rows, how many, in which order, and for how
