@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/core/holder"
+	"github.com/baton-go/baton/core/lease"
+	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/graph"
+	"github.com/baton-go/baton/graph/graphtest"
+	"github.com/baton-go/baton/locks/pg"
+)
+
+// maintenanceRole is the role lease whose holder runs the maintenance loop
+// and serves /maintenance.
+const maintenanceRole = "profiles-maintenance"
+
+// shutdownTimeout bounds the graceful part of a shutdown: releasing the
+// role and draining requests in flight.
+const shutdownTimeout = 10 * time.Second
+
+// config is everything run needs. Zero durations take baton's defaults.
+type config struct {
+	Listen           string
+	DatabaseURL      string
+	EngineURL        string // "" starts an in-process fake engine
+	EngineToken      string
+	AdminToken       string // "" turns the admin API off
+	Advertise        string
+	InstanceID       string
+	MaintenanceEvery time.Duration
+
+	// Lease and outbox timing; the tests shorten them.
+	LeaseDuration    time.Duration
+	RenewInterval    time.Duration
+	HeldSafetyMargin time.Duration
+	OutboxIdleDelay  time.Duration
+
+	// Logger receives the service's and baton's records; nil discards them.
+	Logger *slog.Logger
+	// Ready, if set, is called once the instance serves requests.
+	Ready func(instanceInfo)
+}
+
+// instanceInfo describes a running instance.
+type instanceInfo struct {
+	// URL is where the instance serves, from this machine.
+	URL string
+	// Address is what it advertises to the other instances.
+	Address    string
+	InstanceID string
+	// EngineURL is the graph engine it delivers to.
+	EngineURL string
+}
+
+func (c config) validate() error {
+	switch {
+	case c.Listen == "":
+		return errors.New("the listen address is empty")
+	case c.DatabaseURL == "":
+		return errors.New("the database URL is empty")
+	case c.MaintenanceEvery <= 0:
+		return fmt.Errorf("the maintenance interval is %v; it must be positive", c.MaintenanceEvery)
+	case c.EngineToken != "" && c.EngineURL == "":
+		return errors.New("an engine token was given without an engine URL; the in-process fake engine takes none")
+	}
+	return nil
+}
+
+// run serves one instance until ctx ends, then shuts it down in the order
+// that lets the other instances take over at once: the role first, then the
+// HTTP server, then the outbox driver and the maintenance loop.
+func run(ctx context.Context, cfg config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	instanceID := cfg.InstanceID
+	if instanceID == "" {
+		instanceID = lease.DefaultInstanceID()
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("instance", instanceID)
+
+	// The application's pool: profiles, the outbox, the lease table.
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("database URL: %w", err)
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{Logger: log}); err != nil {
+		return fmt.Errorf("baton schema: %w", err)
+	}
+	if err := createTables(ctx, pool); err != nil {
+		return err
+	}
+
+	// The lock provider pins a connection per held lock (the outbox leader
+	// lock and its retention lock): it gets a small pool of its own.
+	lockPool, err := newLockPool(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer lockPool.Close()
+	locks, err := pg.New(lockPool, pg.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+
+	// The graph engine, and the client that carries our credentials to it.
+	engineURL := cfg.EngineURL
+	var fake *graphtest.Engine
+	if engineURL == "" {
+		fake = graphtest.NewEngine()
+		defer fake.Close()
+		engineURL = fake.URL()
+		log.Info("no engine URL given: delivering to a fake graph engine inside this process; GET /engine/deliveries lists what it received",
+			"engine", engineURL)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	defer transport.CloseIdleConnections()
+	var engineTransport http.RoundTripper = transport
+	if cfg.EngineToken != "" {
+		engineTransport = &bearerToken{token: cfg.EngineToken, next: transport}
+	}
+	procs, err := graph.StandardProcessors(graph.ProcessorConfig{
+		DeliveryURL: engineURL,
+		Client:      &http.Client{Transport: engineTransport},
+		Logger:      log,
+	})
+	if err != nil {
+		return err
+	}
+
+	// The outbox: every instance runs a driver; the leader lock picks one.
+	outboxStore, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{Logger: log})
+	if err != nil {
+		return err
+	}
+	driver, err := outbox.New(outbox.Config{
+		Store:      outboxStore,
+		Locks:      locks,
+		Processors: procs,
+		Notify:     logNotices(log),
+		IdleDelay:  cfg.OutboxIdleDelay,
+		Logger:     log,
+	})
+	if err != nil {
+		return err
+	}
+
+	// The listener first: the advertised address needs its real port.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	served := false
+	defer func() {
+		if !served {
+			ln.Close()
+		}
+	}()
+	self, err := holder.InstanceAddress(ln.Addr().String(), cfg.Advertise)
+	if err != nil {
+		return fmt.Errorf("instance address (set -advertise): %w", err)
+	}
+
+	// The role lease and the proxy that routes /maintenance to its holder.
+	leaseStore, err := postgres.NewLeaseStore(pool, postgres.LeaseStoreOptions{Logger: log})
+	if err != nil {
+		return err
+	}
+	mgr, err := lease.NewManager(lease.Config{
+		Store:            leaseStore,
+		InstanceID:       instanceID,
+		Address:          self,
+		LeaseDuration:    cfg.LeaseDuration,
+		RenewInterval:    cfg.RenewInterval,
+		HeldSafetyMargin: cfg.HeldSafetyMargin,
+		Logger:           log,
+	})
+	if err != nil {
+		return err
+	}
+	role, err := mgr.Register(maintenanceRole)
+	if err != nil {
+		return err
+	}
+	proxy, err := holder.RoleProxy(mgr.Registry(), maintenanceRole, holder.Options{Self: self, Logger: log}, "/maintenance")
+	if err != nil {
+		return err
+	}
+
+	svc := &service{
+		pool:       pool,
+		outbox:     outboxStore,
+		role:       role,
+		instanceID: instanceID,
+		address:    self,
+		adminToken: cfg.AdminToken,
+		fake:       fake,
+		log:        log,
+	}
+	srv := &http.Server{
+		Handler:           proxy(svc.routes()), // outermost: a non-holder starts no local work
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	if err := mgr.Start(ctx); err != nil {
+		return err
+	}
+
+	// Every goroutine is owned here and waited for before run returns.
+	var wg sync.WaitGroup
+	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLoops()
+	served = true
+	serveErr := make(chan error, 1)
+	wg.Go(func() { serveErr <- srv.Serve(ln) })
+	wg.Go(func() {
+		if err := driver.Run(loops); err != nil && loops.Err() == nil {
+			log.Error("outbox driver stopped", "err", err)
+		}
+	})
+	wg.Go(func() { svc.maintain(loops, cfg.MaintenanceEvery) })
+
+	log.Info("serving", "listen", ln.Addr().String(), "advertised", self)
+	if cfg.Ready != nil {
+		cfg.Ready(instanceInfo{URL: "http://" + ln.Addr().String(), Address: self, InstanceID: instanceID, EngineURL: engineURL})
+	}
+
+	var failed error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		failed = fmt.Errorf("http server: %w", err)
+	}
+
+	// Graceful shutdown. Releasing the role first lets another instance
+	// take it at once; from then on this one answers /maintenance with
+	// 503, never locally, while the server drains what is in flight.
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := mgr.Close(shutdownCtx); err != nil {
+		log.Warn("releasing the role failed; another instance takes it when the lease expires", "err", err)
+	}
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("http server did not drain in time", "err", err)
+		srv.Close()
+	}
+	stopLoops() // the driver releases its leader lock as it returns
+	wg.Wait()
+	log.Info("stopped")
+	return failed
+}
+
+// newLockPool is a small pool for the lock provider.
+func newLockPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	pc.MaxConns = 3 // two locks held at once, plus one acquiring
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
+// logNotices is the outbox's Notify: it logs the notice. In production,
+// send it where someone is paged (graph.WebhookNotifier posts it as JSON).
+func logNotices(log *slog.Logger) outbox.Notify {
+	return func(ctx context.Context, n outbox.Notice) error {
+		log.WarnContext(ctx, "outbox notice", "kind", n.Kind, "lane", n.Lane, "entry", n.EntryID,
+			"since", n.Since, "last_error", n.LastError, "parked", n.Parked)
+		return nil
+	}
+}
+
+// bearerToken sets the engine token on every request to the engine.
+type bearerToken struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b *bearerToken) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context()) // a RoundTripper must not change the caller's request
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
