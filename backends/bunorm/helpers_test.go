@@ -1,0 +1,53 @@
+package bunorm
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/baton-go/baton/internal/testenv"
+)
+
+// openBun opens a bun.DB on bun's own driver (pgdriver), on the test's
+// schema, closed when the test ends: what a bun node of the service has.
+func openBun(t testing.TB, env *testenv.PostgresEnv) *bun.DB {
+	t.Helper()
+	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(env.URL)))
+	db := bun.NewDB(sqldb, pgdialect.New())
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// testContext is a context that ends with the test, bounded to 2 minutes.
+func testContext(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// bunEnv gives the test its own schema, with baton's tables created through
+// the bun path, and a bun.DB on it.
+func bunEnv(t testing.TB) (*testenv.PostgresEnv, *bun.DB) {
+	t.Helper()
+	env := testenv.Postgres(t)
+	db := openBun(t, env)
+	if err := CreateSchema(testContext(t), db, SchemaOptions{}); err != nil {
+		t.Fatalf("CreateSchema: %v", err)
+	}
+	return env, db
+}
+
+// offlineDB is a bun.DB that never connects (sql.OpenDB dials lazily): for
+// checks that must fail before anything is sent.
+func offlineDB(t testing.TB) *bun.DB {
+	t.Helper()
+	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithAddr("127.0.0.1:1"))), pgdialect.New())
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}

@@ -1,0 +1,28 @@
+package bunorm
+
+import (
+	"testing"
+
+	"github.com/uptrace/bun"
+
+	"github.com/baton-go/baton/conformance"
+)
+
+func mustLeaseStore(t testing.TB, db bun.IDB, opts LeaseStoreOptions) *LeaseStore {
+	t.Helper()
+	st, err := NewLeaseStore(db, opts)
+	if err != nil {
+		t.Fatalf("NewLeaseStore: %v", err)
+	}
+	return st
+}
+
+func TestLeaseStore_Conformance(t *testing.T) {
+	conformance.RunLeaseStore(t, func(t *testing.T) conformance.LeaseHarness {
+		env, db := bunEnv(t)
+		return conformance.LeaseHarness{
+			Store:  mustLeaseStore(t, db, LeaseStoreOptions{Channel: "releases " + env.Schema}),
+			Second: mustLeaseStore(t, openBun(t, env), LeaseStoreOptions{Channel: "releases " + env.Schema}),
+		}
+	}, conformance.LeaseFeatures{})
+}

@@ -1,0 +1,262 @@
+package bunorm
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/schema"
+
+	"github.com/baton-go/baton/core/projection"
+)
+
+// ProjectionStoreOptions configure a ProjectionStore. The zero value uses
+// the defaults.
+type ProjectionStoreOptions struct {
+	// Schema holds the projection tables. "" uses the connection's
+	// search_path.
+	Schema string
+	// Logger receives a Debug record per Replace and per Sweep that
+	// deleted something. nil discards them.
+	Logger *slog.Logger
+}
+
+func (o *ProjectionStoreOptions) validate() error {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Schema != "" {
+		return validateSchemaName("ProjectionStoreOptions.Schema", o.Schema)
+	}
+	return nil
+}
+
+// ProjectionStore is the projection.Store over baton_projection_header and
+// baton_projection_detail (both UNLOGGED), on a bun.IDB. Create it with
+// NewProjectionStore.
+//
+// Replace runs one transaction (bun's RunInTx): it inserts the
+// generation's header (inactive), inserts the detail rows in one statement
+// from arrays, then, holding a transaction-scoped advisory lock keyed by
+// the subject, the same key the PostgreSQL adapter takes, moves active
+// from the previous generation to the new one. Reads are one statement
+// each; Sweep is one statement that locks nothing it has to wait for. bun
+// and pgx nodes can share the tables.
+type ProjectionStore struct {
+	db   bun.IDB
+	opts ProjectionStoreOptions
+
+	h, d       schema.QueryAppender
+	lockPrefix string // the header table as the PostgreSQL adapter quotes it
+}
+
+var _ projection.Store = (*ProjectionStore)(nil)
+
+// NewProjectionStore returns a ProjectionStore over db, or an error naming
+// the first invalid option. It sends nothing; run CreateSchema first.
+func NewProjectionStore(db bun.IDB, opts ProjectionStoreOptions) (*ProjectionStore, error) {
+	if db == nil {
+		return nil, errors.New("baton/bunorm: NewProjectionStore: the database handle is nil")
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	prefix := quoteName(ProjectionHeaderTable)
+	if opts.Schema != "" {
+		prefix = quoteName(opts.Schema) + "." + prefix
+	}
+	return &ProjectionStore{
+		db: db, opts: opts,
+		h:          tableName(opts.Schema, ProjectionHeaderTable),
+		d:          tableName(opts.Schema, ProjectionDetailTable),
+		lockPrefix: prefix,
+	}, nil
+}
+
+// lockKey is the advisory lock key that orders the flips of one subject:
+// the 64-bit FNV-1a hash of "baton/postgres projection", 0x1F, the quoted
+// header table, 0x1F, the subject type, 0x1F, the subject ID. It is the
+// PostgreSQL adapter's key, so flips from bun and pgx nodes order together.
+func (s *ProjectionStore) lockKey(subject projection.Subject) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("baton/postgres projection\x1f"))
+	h.Write([]byte(s.lockPrefix))
+	h.Write([]byte{0x1f})
+	h.Write([]byte(subject.Type))
+	h.Write([]byte{0x1f})
+	h.Write([]byte(subject.ID))
+	return int64(h.Sum64())
+}
+
+// Replace implements projection.Store. Bad input sends nothing.
+func (s *ProjectionStore) Replace(ctx context.Context, subject projection.Subject, grants []projection.Grant) (projection.Generation, error) {
+	if err := subject.Validate(); err != nil {
+		return 0, err
+	}
+	if err := projection.ValidateGrants(grants); err != nil {
+		return 0, err
+	}
+	started := time.Now()
+	var gen int64
+	err := s.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
+		if err := tx.NewRaw(`INSERT INTO ?0 (subject_type, subject_id) VALUES (?1, ?2) RETURNING generation`,
+			s.h, subject.Type, subject.ID).Scan(ctx, &gen); err != nil {
+			return mapError(areaProjection, "replace: insert the header", err)
+		}
+		if len(grants) > 0 {
+			types, ids, masks := make([]string, len(grants)), make([]string, len(grants)), make([]int64, len(grants))
+			for i, g := range grants {
+				types[i], ids[i], masks[i] = g.ResourceType, g.ResourceID, int64(g.Mask) // the mask's bit pattern
+			}
+			res, err := tx.NewRaw(`INSERT INTO ?0 (generation, resource_type, resource_id, mask)
+SELECT ?1, g.resource_type, g.resource_id, g.mask FROM unnest(?2::text[], ?3::text[], ?4::bigint[]) AS g (resource_type, resource_id, mask)`,
+				s.d, gen, pgdialect.Array(types), pgdialect.Array(ids), pgdialect.Array(masks)).Exec(ctx)
+			if err != nil {
+				return mapError(areaProjection, "replace: insert the grants", err)
+			}
+			if n, err := res.RowsAffected(); err != nil || n != int64(len(grants)) {
+				return fmt.Errorf("baton/bunorm: projection replace: inserted %d of %d grants", n, len(grants))
+			}
+		}
+		// The flip: the subject's lock, then demote and promote, each a
+		// statement of its own so each sees what committed before it.
+		if _, err := tx.NewRaw(`SELECT pg_advisory_xact_lock(?)`, s.lockKey(subject)).Exec(ctx); err != nil {
+			return mapError(areaProjection, "replace: lock the subject", err)
+		}
+		if _, err := tx.NewUpdate().Model((*ProjectionHeader)(nil)).ModelTableExpr("? AS ?TableAlias", s.h).
+			Set("active = false").
+			Where("subject_type = ? AND subject_id = ? AND active", subject.Type, subject.ID).Exec(ctx); err != nil {
+			return mapError(areaProjection, "replace: demote", err)
+		}
+		res, err := tx.NewUpdate().Model((*ProjectionHeader)(nil)).ModelTableExpr("? AS ?TableAlias", s.h).
+			Set("active = true").Where("generation = ?", gen).Exec(ctx)
+		if err != nil {
+			return mapError(areaProjection, "replace: promote", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("baton/bunorm: projection replace: generation %d was not promoted (%d rows)", gen, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.opts.Logger.DebugContext(ctx, "baton: projection replaced",
+		"subject", subject.String(), "generation", gen, "grants", len(grants), "took", time.Since(started))
+	return projection.Generation(gen), nil
+}
+
+// Mask implements projection.Store in one statement: no row means no
+// active generation, a row with a NULL mask no grant for the resource.
+func (s *ProjectionStore) Mask(ctx context.Context, subject projection.Subject, resourceType, resourceID string) (projection.Mask, bool, error) {
+	if err := subject.Validate(); err != nil {
+		return 0, false, err
+	}
+	if err := projection.ValidateResource(resourceType, resourceID); err != nil {
+		return 0, false, err
+	}
+	var masks []struct {
+		Mask *int64 `bun:"mask"`
+	}
+	err := s.db.NewRaw(`SELECT d.mask
+FROM ?0 AS h
+LEFT JOIN ?1 AS d
+       ON d.generation = h.generation AND d.resource_type = ?4 AND d.resource_id = ?5
+WHERE h.subject_type = ?2 AND h.subject_id = ?3 AND h.active`, s.h, s.d, subject.Type, subject.ID, resourceType, resourceID).Scan(ctx, &masks)
+	switch {
+	case err != nil:
+		return 0, false, mapError(areaProjection, "read a mask", err)
+	case len(masks) == 0:
+		return 0, false, noProjection(subject)
+	case masks[0].Mask == nil:
+		return 0, false, nil
+	}
+	return projection.Mask(*masks[0].Mask), true, nil
+}
+
+// snapshotRow is one row of a snapshot: NULL resource columns for an empty
+// generation.
+type snapshotRow struct {
+	Generation   int64          `bun:"generation"`
+	ResourceType sql.NullString `bun:"resource_type"`
+	ResourceID   sql.NullString `bun:"resource_id"`
+	Mask         sql.NullInt64  `bun:"mask"`
+}
+
+// Snapshot implements projection.Store in one statement, in byte order.
+func (s *ProjectionStore) Snapshot(ctx context.Context, subject projection.Subject) (projection.Snapshot, error) {
+	if err := subject.Validate(); err != nil {
+		return projection.Snapshot{}, err
+	}
+	var rows []snapshotRow
+	if err := s.db.NewRaw(`SELECT h.generation, d.resource_type, d.resource_id, d.mask
+FROM ?0 AS h
+LEFT JOIN ?1 AS d ON d.generation = h.generation
+WHERE h.subject_type = ?2 AND h.subject_id = ?3 AND h.active
+ORDER BY d.resource_type, d.resource_id`, s.h, s.d, subject.Type, subject.ID).Scan(ctx, &rows); err != nil {
+		return projection.Snapshot{}, mapError(areaProjection, "read a snapshot", err)
+	}
+	if len(rows) == 0 {
+		return projection.Snapshot{}, noProjection(subject)
+	}
+	snap := projection.Snapshot{Subject: subject, Generation: projection.Generation(rows[0].Generation)}
+	for _, r := range rows {
+		if r.ResourceType.Valid {
+			snap.Grants = append(snap.Grants, projection.Grant{ResourceType: r.ResourceType.String, ResourceID: r.ResourceID.String,
+				Mask: projection.Mask(r.Mask.Int64)})
+		}
+	}
+	return snap, nil
+}
+
+// Generations implements projection.Store, through bun's query builder.
+func (s *ProjectionStore) Generations(ctx context.Context, subject projection.Subject) ([]projection.GenerationInfo, error) {
+	if err := subject.Validate(); err != nil {
+		return nil, err
+	}
+	var rows []ProjectionHeader
+	if err := s.db.NewSelect().Model(&rows).ModelTableExpr("? AS ?TableAlias", s.h).
+		Where("subject_type = ? AND subject_id = ?", subject.Type, subject.ID).
+		Order("generation").Scan(ctx); err != nil {
+		return nil, mapError(areaProjection, "list generations", err)
+	}
+	infos := make([]projection.GenerationInfo, len(rows))
+	for i, r := range rows {
+		infos[i] = projection.GenerationInfo{Generation: projection.Generation(r.Generation), Active: r.Active, CreatedAt: r.CreatedAt}
+	}
+	return infos, nil
+}
+
+// Sweep implements projection.Store in one statement: it deletes the
+// superseded headers it can lock without waiting, and their details.
+func (s *ProjectionStore) Sweep(ctx context.Context) (int, error) {
+	var n int64
+	if err := s.db.NewRaw(`WITH gone AS (
+    DELETE FROM ?0
+    WHERE generation = ANY (ARRAY(
+        SELECT generation FROM ?0
+        WHERE NOT active
+        ORDER BY generation
+        FOR UPDATE SKIP LOCKED))
+    RETURNING generation
+), details AS (
+    DELETE FROM ?1 WHERE generation = ANY (ARRAY(SELECT generation FROM gone))
+)
+SELECT count(*) FROM gone`, s.h, s.d).Scan(ctx, &n); err != nil {
+		return 0, mapError(areaProjection, "sweep", err)
+	}
+	if n > 0 {
+		s.opts.Logger.DebugContext(ctx, "baton: projection sweep", "generations", n)
+	}
+	return int(n), nil
+}
+
+func noProjection(subject projection.Subject) error {
+	return fmt.Errorf("baton/bunorm: %w: %s has no active generation (never refreshed, or the UNLOGGED tables were emptied by a crash restart)", projection.ErrNoProjection, subject)
+}
