@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/baton-go/baton/backends/postgres"
+)
+
+// envDatabaseURL is read when --postgres is not given.
+const envDatabaseURL = "BATON_DATABASE_URL"
+
+// connectTimeout bounds connecting and the first round trip.
+const connectTimeout = 10 * time.Second
+
+// dbFlags are the flags every operator command shares.
+type dbFlags struct {
+	url    string
+	schema string
+	json   bool
+}
+
+func (f *dbFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.url, "postgres", "", "PostgreSQL URL, e.g. postgres://app@db:5432/app (default: $"+envDatabaseURL+")")
+	cmd.Flags().StringVar(&f.schema, "schema", "", "schema holding baton's tables (default: the connection's current schema)")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON instead of a table")
+}
+
+// database is an open connection pool and the schema the command works in.
+type database struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+func (d *database) Close() { d.pool.Close() }
+
+// table is the schema-qualified, quoted name of one of baton's tables.
+func (d *database) table(name string) string {
+	return pgx.Identifier{d.schema, name}.Sanitize()
+}
+
+// openPool connects to the database named by --postgres or
+// BATON_DATABASE_URL. A missing or malformed URL is a usage error; a server
+// that does not answer is a failure.
+func openPool(ctx context.Context, flagURL, flagName string) (*pgxpool.Pool, error) {
+	url, source := flagURL, flagName
+	if url == "" {
+		url, source = os.Getenv(envDatabaseURL), envDatabaseURL
+	}
+	if url == "" {
+		return nil, usagef("no database given: pass %s URL or set %s", flagName, envDatabaseURL)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usagef("%s: not a valid PostgreSQL URL: %v", source, err)
+	}
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "baton-cli"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, usagef("%s: %v", source, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, errInterrupted
+		}
+		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s:%d (database %q): %w",
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+	}
+	return pool, nil
+}
+
+// open connects and resolves the schema: --schema, or the connection's
+// current schema. The schema must exist.
+func (f *dbFlags) open(ctx context.Context) (*database, error) {
+	pool, err := openPool(ctx, f.url, "--postgres")
+	if err != nil {
+		return nil, err
+	}
+	schema, err := resolveSchema(ctx, pool, f.schema)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	exists, err := schemaExists(ctx, pool, schema)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if !exists {
+		pool.Close()
+		return nil, usagef("schema %q does not exist; create baton's tables with: baton migrate --schema %s", schema, schema)
+	}
+	return &database{pool: pool, schema: schema}, nil
+}
+
+// resolveSchema returns the --schema value, or the connection's current
+// schema when it is empty.
+func resolveSchema(ctx context.Context, pool *pgxpool.Pool, flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	var current *string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&current); err != nil {
+		return "", fmt.Errorf("find the connection's current schema: %w", err)
+	}
+	if current == nil {
+		return "", usagef("the connection has no current schema (no schema in its search_path exists); pass --schema")
+	}
+	return *current, nil
+}
+
+func schemaExists(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error) {
+	var exists bool
+	err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)", schema).Scan(&exists)
+	if err != nil {
+		return false, fmt.Errorf("look schema %q up: %w", schema, err)
+	}
+	return exists, nil
+}
+
+// requireTables fails with a usage error naming the first of tables that is
+// missing from the schema, and says to migrate.
+func (d *database) requireTables(ctx context.Context, tables ...string) error {
+	for _, t := range tables {
+		var found bool
+		err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+			JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2)`, d.schema, t).Scan(&found)
+		if err != nil {
+			return fmt.Errorf("look table %s.%s up: %w", d.schema, t, err)
+		}
+		if !found {
+			return usagef("schema %q has no %s table; create baton's tables with: baton migrate --schema %s", d.schema, t, d.schema)
+		}
+	}
+	return nil
+}
+
+// migrationRecord is one row of baton_schema_migrations.
+type migrationRecord struct {
+	Version   int       `json:"version"`
+	Name      string    `json:"name"`
+	AppliedAt time.Time `json:"applied_at"`
+}
+
+// readMigrations lists the migrations recorded in the schema; none when the
+// record table does not exist.
+func readMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]migrationRecord, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = 'baton_schema_migrations')`, schema).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("look baton_schema_migrations up: %w", err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	rows, err := pool.Query(ctx, "SELECT version, name, applied_at FROM "+
+		pgx.Identifier{schema, "baton_schema_migrations"}.Sanitize()+" ORDER BY version")
+	if err != nil {
+		return nil, fmt.Errorf("read baton_schema_migrations: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (migrationRecord, error) {
+		var m migrationRecord
+		err := r.Scan(&m.Version, &m.Name, &m.AppliedAt)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read baton_schema_migrations: %w", err)
+	}
+	return out, nil
+}
+
+// schemaNameError turns the store's invalid-schema-name error into a usage
+// error about --schema.
+func schemaNameError(err error) error {
+	if errors.Is(err, postgres.ErrInvalidSchemaName) {
+		return usagef("--schema: %v", err)
+	}
+	return err
+}

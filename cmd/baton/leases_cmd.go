@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/core/lease"
+)
+
+// LeaseRow is one row of baton_role_leases, with its expiry judged by the
+// database clock at the moment of reading.
+type LeaseRow struct {
+	lease.Record
+	// Live is expires_at > now() by the database clock: the holder's term
+	// has not ended. A released lease keeps its holder and token but is not
+	// live.
+	Live bool
+	// Remaining is expires_at − now() by the database clock; negative once
+	// the lease has expired.
+	Remaining time.Duration
+}
+
+// ReadAllLeases reads every row of baton_role_leases in schema, ordered by
+// role. lease.Store.Read needs the role names; an operator listing wants
+// them all, and expiry judged by the database's clock, never this machine's.
+func ReadAllLeases(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, schema string) ([]LeaseRow, error) {
+	rows, err := db.Query(ctx, `SELECT role, holder, holder_address, token, acquired_at, renewed_at, expires_at,
+		expires_at > now(), extract(epoch FROM expires_at - now())::float8
+		FROM `+pgx.Identifier{schema, postgres.LeaseTable}.Sanitize()+` ORDER BY role`)
+	if err != nil {
+		return nil, fmt.Errorf("read %s.%s: %w", schema, postgres.LeaseTable, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LeaseRow, error) {
+		var (
+			l       LeaseRow
+			token   int64
+			seconds float64
+		)
+		err := r.Scan(&l.Role, &l.Holder, &l.HolderAddress, &token, &l.AcquiredAt, &l.RenewedAt, &l.ExpiresAt, &l.Live, &seconds)
+		l.Token = uint64(token)
+		l.Remaining = time.Duration(seconds * float64(time.Second))
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s.%s: %w", schema, postgres.LeaseTable, err)
+	}
+	return out, nil
+}
+
+func newLeasesCommand() *cobra.Command {
+	var f dbFlags
+	cmd := &cobra.Command{
+		Use:   "leases",
+		Short: "List every role lease: holder, address, fencing token, expiry",
+		Long: `List every row of baton_role_leases: the role, the instance holding it, the
+address it advertises, the fencing token of its term and when the term ends.
+Whether a lease is live is judged by the database clock, as the lease rules
+are. A released or expired lease keeps its last holder and token; the next
+holder's token is larger.`,
+		Example: "  baton leases --postgres postgres://app@db:5432/app --schema baton\n  baton leases --json",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runLeases(cmd.Context(), cmd.OutOrStdout(), &f)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// leaseJSON is a lease as printed with --json.
+type leaseJSON struct {
+	Role          string    `json:"role"`
+	Holder        string    `json:"holder"`
+	HolderAddress string    `json:"holder_address"`
+	Token         string    `json:"token"` // a string: tokens are 64-bit
+	Live          bool      `json:"live"`
+	AcquiredAt    time.Time `json:"acquired_at"`
+	RenewedAt     time.Time `json:"renewed_at"`
+	ExpiresAt     time.Time `json:"expires_at"`
+	ExpiresInMS   int64     `json:"expires_in_ms"`
+}
+
+func runLeases(ctx context.Context, out io.Writer, f *dbFlags) error {
+	db, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := db.requireTables(ctx, postgres.LeaseTable); err != nil {
+		return err
+	}
+	rows, err := ReadAllLeases(ctx, db.pool, db.schema)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		list := make([]leaseJSON, len(rows))
+		for i, r := range rows {
+			list[i] = leaseJSON{
+				Role: r.Role, Holder: r.Holder, HolderAddress: r.HolderAddress,
+				Token: strconv.FormatUint(r.Token, 10), Live: r.Live,
+				AcquiredAt: r.AcquiredAt, RenewedAt: r.RenewedAt, ExpiresAt: r.ExpiresAt,
+				ExpiresInMS: r.Remaining.Milliseconds(),
+			}
+		}
+		return writeJSON(out, list)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(out, "no role leases in schema %q\n", db.schema)
+		return nil
+	}
+	t := newTable(out, "ROLE", "HOLDER", "ADDRESS", "TOKEN", "STATE", "EXPIRES AT")
+	for _, r := range rows {
+		state := "free (expired " + formatDuration(-r.Remaining) + " ago)"
+		if r.Live {
+			state = "held (" + formatDuration(r.Remaining) + " left)"
+		}
+		addr := r.HolderAddress
+		if addr == "" {
+			addr = "-"
+		}
+		t.row(r.Role, r.Holder, addr, strconv.FormatUint(r.Token, 10), state, formatTime(r.ExpiresAt))
+	}
+	return t.flush()
+}

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/core/outbox"
+)
+
+func newOutboxCommand() *cobra.Command {
+	dead := groupCommand("dead", "Dead letters: list, show one, requeue one",
+		`Dead letters are outbox entries the destination refused for good (a 400 or 409,
+or a lane without a processor). They wait here until an operator acts: look at
+one with "show", fix the cause, then "requeue" it. A requeue inserts a new entry
+with a fresh id, at the end of the order, and records it as requeued_as.`,
+		newDeadListCommand(), newDeadShowCommand(), newDeadRequeueCommand())
+	return groupCommand("outbox", "Inspect and repair the transactional outbox",
+		`Inspect the outbox's health and its dead letters, and requeue them, in the
+schema given by --schema (default: the connection's current schema).`,
+		newOutboxStatusCommand(), dead)
+}
+
+// openOutbox opens the database and the outbox store over its schema.
+func openOutbox(ctx context.Context, f *dbFlags) (*database, *postgres.OutboxStore, error) {
+	db, err := f.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := db.requireTables(ctx, postgres.OutboxTable, postgres.OutboxStateTable, postgres.OutboxDeadTable); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	store, err := postgres.NewOutboxStore(db.pool, postgres.OutboxStoreOptions{Schema: db.schema})
+	if err != nil {
+		db.Close()
+		return nil, nil, schemaNameError(err)
+	}
+	return db, store, nil
+}
+
+func newOutboxStatusCommand() *cobra.Command {
+	var f dbFlags
+	cmd := &cobra.Command{
+		Use:     "status",
+		Short:   "Show the outbox's health stamps and waiting dead letters",
+		Example: "  baton outbox status --postgres postgres://app@db:5432/app --schema baton\n  BATON_DATABASE_URL=postgres://app@db/app baton outbox status --json",
+		Long: `Show the state the outbox driver keeps about itself: the cursor
+(last_scanned_xid, last_scanned_id), the last scan, the current failing streak
+(failed_attempts, first_stuck_at, last_error) and the notices sent, plus how
+many dead letters wait for an operator. "-" marks a stamp never written.
+
+There is deliberately no lag figure: one computed from the cursor is wrong in
+both directions. Alert on the stuck notice.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runOutboxStatus(cmd.Context(), cmd.OutOrStdout(), &f)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// statusReport is what outbox status prints with --json.
+type statusReport struct {
+	Schema             string        `json:"schema"`
+	Health             outbox.Health `json:"health"`
+	DeadLettersWaiting int           `json:"dead_letters_waiting"`
+}
+
+func runOutboxStatus(ctx context.Context, out io.Writer, f *dbFlags) error {
+	db, store, err := openOutbox(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	h, err := outbox.ReadHealth(ctx, store)
+	if err != nil {
+		return fmt.Errorf("read the outbox state: %w", err)
+	}
+	rep := statusReport{Schema: db.schema, Health: h}
+	if err := db.pool.QueryRow(ctx, "SELECT count(*) FROM "+db.table(postgres.OutboxDeadTable)+
+		" WHERE requeued_as IS NULL").Scan(&rep.DeadLettersWaiting); err != nil {
+		return fmt.Errorf("count dead letters: %w", err)
+	}
+	if f.json {
+		return writeJSON(out, rep)
+	}
+	fmt.Fprintf(out, "outbox in schema %q\n", db.schema)
+	failed := "-"
+	if h.FailedAttempts != nil {
+		failed = strconv.Itoa(*h.FailedAttempts)
+	}
+	t := newTable(out, "STAMP", "VALUE")
+	t.row(outbox.KeyLastScannedXID, formatStringPtr(h.LastScannedXID))
+	t.row(outbox.KeyLastScannedID, formatStringPtr(h.LastScannedID))
+	t.row(outbox.KeyLastScanAt, formatTimePtr(h.LastScanAt))
+	t.row(outbox.KeyFailedAttempts, failed)
+	t.row(outbox.KeyLastError, cut(formatStringPtr(h.LastError), 160))
+	t.row(outbox.KeyFirstStuckAt, formatTimePtr(h.FirstStuckAt))
+	t.row(outbox.KeyLastStuckNotificationAt, formatTimePtr(h.LastStuckNotificationAt))
+	t.row(outbox.KeyLastDeadLetterAt, formatTimePtr(h.LastDeadLetterAt))
+	t.row(outbox.KeyLastDeadLetterNotificationAt, formatTimePtr(h.LastDeadLetterNotificationAt))
+	if err := t.flush(); err != nil {
+		return err
+	}
+	switch {
+	case h.LastScanAt == nil:
+		fmt.Fprintln(out, "no pass has settled yet: is a driver running against this schema?")
+	case h.FirstStuckAt != nil:
+		fmt.Fprintf(out, "failing since %s (%s passes); the walk waits at the entry named in last_error\n",
+			formatTime(*h.FirstStuckAt), failed)
+	default:
+		fmt.Fprintln(out, "not failing: the last pass delivered or found nothing to do")
+	}
+	fmt.Fprintf(out, "dead letters waiting for an operator: %d", rep.DeadLettersWaiting)
+	if rep.DeadLettersWaiting > 0 {
+		fmt.Fprint(out, " (baton outbox dead list)")
+	}
+	fmt.Fprintln(out)
+	return nil
+}
+
+// deadJSON is a dead letter as the commands print it with --json; the
+// same fields as the admin handler's GET /dead.
+type deadJSON struct {
+	ID         outbox.ID       `json:"id"`
+	XID        string          `json:"xid"` // a string: xids exceed JSON's safe integers
+	Lane       string          `json:"lane"`
+	Error      string          `json:"error"`
+	ParkedAt   time.Time       `json:"parked_at"`
+	RequeuedAs *outbox.ID      `json:"requeued_as"`
+	RequeuedAt *time.Time      `json:"requeued_at"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
+}
+
+func toDeadJSON(d outbox.DeadLetter) deadJSON {
+	out := deadJSON{ID: d.ID, XID: strconv.FormatUint(d.XID, 10), Lane: d.Lane, Error: d.Error, ParkedAt: d.ParkedAt}
+	if !d.RequeuedAs.IsNil() {
+		r, at := d.RequeuedAs, d.RequeuedAt
+		out.RequeuedAs, out.RequeuedAt = &r, &at
+	}
+	if d.Payload != nil {
+		out.Payload = json.RawMessage(d.Payload)
+	}
+	return out
+}
+
+// parseDeadID reads a dead letter id argument or flag value.
+func parseDeadID(what, s string) (outbox.ID, error) {
+	id, err := outbox.ParseID(s)
+	if err != nil || id.IsNil() {
+		return outbox.NilID, usagef("%s %q is not a valid id: want a UUID such as 01890a5d-ac96-774b-bcce-b302099a8057", what, s)
+	}
+	return id, nil
+}
+
+func newDeadListCommand() *cobra.Command {
+	var (
+		f      dbFlags
+		limit  int
+		before string
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Short:   "List dead letters, newest parked first, without payloads",
+		Example: "  baton outbox dead list --limit 20\n  baton outbox dead list --limit 20 --before 01890a5d-ac96-774b-bcce-b302099a8057",
+		Long: `List dead letters, newest parked first, without their payloads (see
+"baton outbox dead show ID"). Page with --limit and --before: pass the last id
+of a page as --before to get the next one.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 || limit > outbox.MaxListLimit {
+				return usagef("--limit is %d; it must be from 1 to %d", limit, outbox.MaxListLimit)
+			}
+			opts := outbox.ListOptions{Limit: limit}
+			if before != "" {
+				id, err := parseDeadID("--before", before)
+				if err != nil {
+					return err
+				}
+				opts.Before = id
+			}
+			return runDeadList(cmd.Context(), cmd.OutOrStdout(), &f, opts)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().IntVar(&limit, "limit", outbox.DefaultListLimit, fmt.Sprintf("most dead letters to list, 1 to %d", outbox.MaxListLimit))
+	cmd.Flags().StringVar(&before, "before", "", "list only dead letters parked before this one (the last id of the previous page)")
+	return cmd
+}
+
+func runDeadList(ctx context.Context, out io.Writer, f *dbFlags, opts outbox.ListOptions) error {
+	db, store, err := openOutbox(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	list, err := store.ListDead(ctx, opts)
+	if errors.Is(err, outbox.ErrNotFound) {
+		return usagef("--before: no dead letter %s in schema %q (was it deleted by retention?)", opts.Before, db.schema)
+	}
+	if err != nil {
+		return fmt.Errorf("list dead letters: %w", err)
+	}
+	if f.json {
+		rows := make([]deadJSON, len(list))
+		for i, d := range list {
+			rows[i] = toDeadJSON(d)
+		}
+		return writeJSON(out, rows)
+	}
+	if len(list) == 0 {
+		if opts.Before.IsNil() {
+			fmt.Fprintf(out, "no dead letters in schema %q\n", db.schema)
+		} else {
+			fmt.Fprintln(out, "no more dead letters")
+		}
+		return nil
+	}
+	t := newTable(out, "ID", "LANE", "PARKED AT", "REQUEUED AS", "ERROR")
+	for _, d := range list {
+		requeued := "-"
+		if !d.RequeuedAs.IsNil() {
+			requeued = d.RequeuedAs.String()
+		}
+		t.row(d.ID.String(), d.Lane, formatTime(d.ParkedAt), requeued, cut(d.Error, 80))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if len(list) == opts.Limit {
+		fmt.Fprintf(out, "more may follow: --before %s\n", list[len(list)-1].ID)
+	}
+	return nil
+}
+
+func newDeadShowCommand() *cobra.Command {
+	var f dbFlags
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one dead letter with its payload",
+		Long: `Show one dead letter: its lane, the reason it was parked (the destination's
+answer), when, whether it was requeued and as which entry, and its payload.`,
+		Example: "  baton outbox dead show 01890a5d-ac96-774b-bcce-b302099a8057",
+		Args:    exactArgs(1, "one dead letter id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseDeadID("dead letter id", args[0])
+			if err != nil {
+				return err
+			}
+			return runDeadShow(cmd.Context(), cmd.OutOrStdout(), &f, id)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func runDeadShow(ctx context.Context, out io.Writer, f *dbFlags, id outbox.ID) error {
+	db, store, err := openOutbox(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	d, err := store.GetDead(ctx, id)
+	if errors.Is(err, outbox.ErrNotFound) {
+		return usagef("no dead letter %s in schema %q", id, db.schema)
+	}
+	if err != nil {
+		return fmt.Errorf("read dead letter %s: %w", id, err)
+	}
+	if f.json {
+		return writeJSON(out, toDeadJSON(d))
+	}
+	t := newTable(out)
+	t.row("id", d.ID.String())
+	t.row("xid", strconv.FormatUint(d.XID, 10))
+	t.row("lane", d.Lane)
+	t.row("parked at", formatTime(d.ParkedAt))
+	if d.RequeuedAs.IsNil() {
+		t.row("requeued as", "- (waiting: baton outbox dead requeue "+d.ID.String()+")")
+	} else {
+		t.row("requeued as", d.RequeuedAs.String()+" at "+formatTime(d.RequeuedAt))
+	}
+	t.row("error", d.Error)
+	if err := t.flush(); err != nil {
+		return err
+	}
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, d.Payload, "", "  ") != nil {
+		pretty.Reset()
+		pretty.Write(d.Payload)
+	}
+	fmt.Fprintf(out, "payload:\n%s\n", pretty.String())
+	return nil
+}
+
+func newDeadRequeueCommand() *cobra.Command {
+	var f dbFlags
+	cmd := &cobra.Command{
+		Use:   "requeue ID",
+		Short: "Requeue one dead letter as a new entry at the end of the order",
+		Long: `Insert the dead letter's lane and payload as a new outbox entry with a fresh
+id, and record that id as the dead letter's requeued_as, in one transaction.
+The new entry goes to the end of the order: it is delivered after everything
+enqueued before it. A dead letter can be requeued once.
+
+Fix what made the destination refuse it first: a requeued entry that is
+refused again is parked again, as a new dead letter.`,
+		Example: "  baton outbox dead requeue 01890a5d-ac96-774b-bcce-b302099a8057",
+		Args:    exactArgs(1, "one dead letter id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseDeadID("dead letter id", args[0])
+			if err != nil {
+				return err
+			}
+			return runDeadRequeue(cmd.Context(), cmd.OutOrStdout(), &f, id)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func runDeadRequeue(ctx context.Context, out io.Writer, f *dbFlags, id outbox.ID) error {
+	db, store, err := openOutbox(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	newID := outbox.NewID()
+	err = store.Requeue(ctx, id, newID)
+	switch {
+	case errors.Is(err, outbox.ErrNotFound):
+		return usagef("no dead letter %s in schema %q", id, db.schema)
+	case errors.Is(err, outbox.ErrAlreadyRequeued):
+		if d, gerr := store.GetDead(ctx, id); gerr == nil && !d.RequeuedAs.IsNil() {
+			return usagef("dead letter %s was requeued already, as %s at %s", id, d.RequeuedAs, formatTime(d.RequeuedAt))
+		}
+		return usagef("dead letter %s was requeued already", id)
+	case err != nil:
+		return fmt.Errorf("requeue dead letter %s: %w", id, err)
+	}
+	if f.json {
+		return writeJSON(out, map[string]outbox.ID{"id": id, "requeued_as": newID})
+	}
+	fmt.Fprintf(out, "requeued dead letter %s as entry %s; it is delivered after everything enqueued before it\n", id, newID)
+	return nil
+}

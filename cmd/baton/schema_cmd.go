@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/baton-go/baton/backends/postgres"
+)
+
+// batonTables are the tables baton's migrations create (besides the
+// migration record), to tell "not migrated at all" from "migrated, but not
+// in the shape this binary expects".
+var batonTables = []string{
+	"baton_lock_fences",
+	postgres.LeaseTable,
+	postgres.OutboxTable,
+	postgres.OutboxStateTable,
+	postgres.OutboxDeadTable,
+	postgres.ProjectionHeaderTable,
+	postgres.ProjectionDetailTable,
+}
+
+func newSchemaCommand() *cobra.Command {
+	var asJSON bool
+	print := &cobra.Command{
+		Use:   "print",
+		Short: "Print baton's schema as one SQL script (no database needed)",
+		Long: `Print every migration in order, plus the rows that record them, as one SQL
+script. It names no schema: the objects land in the first schema of the
+search_path. Run it in one transaction, for example:
+
+  baton schema print > baton.sql
+  PGOPTIONS='-c search_path=baton' psql -v ON_ERROR_STOP=1 --single-transaction -f baton.sql
+
+The schema must exist first (CREATE SCHEMA baton). "baton migrate" does the
+same against a live database, and creates the schema.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), map[string]string{"sql": postgres.SchemaSQL()})
+			}
+			_, err := fmt.Fprint(cmd.OutOrStdout(), postgres.SchemaSQL())
+			return err
+		},
+	}
+	print.Flags().BoolVar(&asJSON, "json", false, `print {"sql": "..."} instead of the script`)
+	return groupCommand("schema", "Print baton's PostgreSQL schema as one SQL script", `Commands about baton's PostgreSQL schema. See also "baton migrate" and "baton verify".`, print)
+}
+
+func newMigrateCommand() *cobra.Command {
+	var f dbFlags
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Create baton's tables, or bring them up to this binary's version",
+		Long: `Apply every migration this binary knows that the schema has not recorded, in
+one transaction, creating the schema when it does not exist. It is safe to
+run again, and from several nodes at once: a second run changes nothing.
+
+A schema migrated by a newer baton is left alone (exit status 1).`,
+		Example: "  baton migrate --postgres postgres://app@db:5432/app --schema baton",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runMigrate(cmd.Context(), cmd, &f)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// migrateReport is what migrate prints with --json.
+type migrateReport struct {
+	Schema  string            `json:"schema"`
+	Applied []migrationRecord `json:"applied"`
+	Version int               `json:"version"`
+}
+
+func runMigrate(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
+	pool, err := openPool(ctx, f.url, "--postgres")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	schema, err := resolveSchema(ctx, pool, f.schema)
+	if err != nil {
+		return err
+	}
+	before, err := readMigrations(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
+	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{Schema: schema}); err != nil {
+		return schemaNameError(err)
+	}
+	after, err := readMigrations(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
+	had := map[int]bool{}
+	for _, m := range before {
+		had[m.Version] = true
+	}
+	rep := migrateReport{Schema: schema, Applied: []migrationRecord{}}
+	for _, m := range after {
+		if !had[m.Version] {
+			rep.Applied = append(rep.Applied, m)
+		}
+		rep.Version = max(rep.Version, m.Version)
+	}
+	out := cmd.OutOrStdout()
+	if f.json {
+		return writeJSON(out, rep)
+	}
+	if len(rep.Applied) == 0 {
+		fmt.Fprintf(out, "schema %q is up to date (migration version %d)\n", schema, rep.Version)
+		return nil
+	}
+	fmt.Fprintf(out, "schema %q: applied %d migration(s); now at version %d\n", schema, len(rep.Applied), rep.Version)
+	t := newTable(out, "VERSION", "NAME", "APPLIED AT")
+	for _, m := range rep.Applied {
+		t.row(fmt.Sprintf("%04d", m.Version), m.Name, formatTime(m.AppliedAt))
+	}
+	return t.flush()
+}
+
+func newVerifyCommand() *cobra.Command {
+	var f dbFlags
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Check, read-only, that baton's tables have the shape this binary expects",
+		Long: `Compare the schema's tables, columns and indexes with what this version of
+baton expects, read-only, and list every difference. Extra tables, columns and
+indexes are fine, and so is a schema migrated by a newer baton.
+
+Exit status: 0 when the schema matches, 1 when it does not (each problem is
+listed), 2 when the schema or baton's tables do not exist at all.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runVerify(cmd.Context(), cmd, &f)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// verifyReport is what verify prints with --json.
+type verifyReport struct {
+	Schema   string   `json:"schema"`
+	OK       bool     `json:"ok"`
+	Version  int      `json:"version"`
+	Problems []string `json:"problems"`
+}
+
+func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
+	db, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	n, err := countTables(ctx, db.pool, db.schema, batonTables)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return usagef("schema %q has none of baton's tables; create them with: baton migrate --schema %s", db.schema, db.schema)
+	}
+	rep := verifyReport{Schema: db.schema, Problems: []string{}}
+	if recs, err := readMigrations(ctx, db.pool, db.schema); err == nil {
+		for _, m := range recs {
+			rep.Version = max(rep.Version, m.Version)
+		}
+	}
+	err = postgres.VerifySchema(ctx, db.pool, postgres.VerifyOptions{Schema: db.schema})
+	var se *postgres.SchemaError
+	switch {
+	case err == nil:
+		rep.OK = true
+	case errors.As(err, &se):
+		rep.Problems = se.Problems
+	default:
+		return schemaNameError(err)
+	}
+	out := cmd.OutOrStdout()
+	if f.json {
+		if err := writeJSON(out, rep); err != nil {
+			return err
+		}
+	} else if rep.OK {
+		fmt.Fprintf(out, "schema %q matches this version of baton (migration version %d)\n", db.schema, rep.Version)
+	} else {
+		fmt.Fprintf(out, "schema %q does not match this version of baton: %d problem(s); run baton migrate --schema %s, or apply the missing migrations\n",
+			db.schema, len(rep.Problems), db.schema)
+		t := newTable(out, "#", "PROBLEM")
+		for i, p := range rep.Problems {
+			t.row(strconv.Itoa(i+1), p)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	if !rep.OK {
+		return errChecksFailed
+	}
+	return nil
+}
+
+// countTables counts how many of names exist in schema.
+func countTables(ctx context.Context, pool *pgxpool.Pool, schema string, names []string) (int, error) {
+	var n int
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_class c
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = ANY($2) AND c.relkind IN ('r', 'p')`, schema, names).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("look baton's tables up in schema %q: %w", schema, err)
+	}
+	return n, nil
+}
