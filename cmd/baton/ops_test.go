@@ -230,7 +230,15 @@ func TestOutboxCommands(t *testing.T) {
 	if err != nil || dl.RequeuedAs.IsNil() {
 		t.Fatalf("after requeue: %v %+v", err, dl)
 	}
-	after, err := seed.store.Scan(ctx, seed.entries[2].Cursor(), 10)
+	// The horizon is cluster-wide: another test's open transaction may hide
+	// the requeued entry for a moment, so wait for it.
+	var after []outbox.Entry
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		after, err = seed.store.Scan(ctx, seed.entries[2].Cursor(), 10)
+		if err != nil || len(after) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || len(after) != 1 || after[0].ID != dl.RequeuedAs || after[0].Lane != graph.LaneMetadata {
 		t.Errorf("the requeued entry after the cursor: %v %+v", err, after)
 	}

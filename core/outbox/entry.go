@@ -26,8 +26,10 @@ var ErrInvalidEntry = errors.New("baton/outbox: invalid entry")
 // MaxLaneLength bounds a lane name, in bytes.
 const MaxLaneLength = 128
 
-// NewID returns a fresh UUIDv7: 48 bits of Unix milliseconds, then random
-// bits, so ids made later sort later.
+// NewID returns a fresh UUIDv7: 48 bits of Unix milliseconds, a counter,
+// then random bits. Ids made by one process strictly increase, even within
+// one millisecond, so entries a transaction enqueues one after another come
+// out in that order.
 func NewID() ID { return ID(uuid.NewV7()) }
 
 // ParseID reads the canonical 36-character form (hyphens optional).

@@ -11,7 +11,9 @@
 // # Keys
 //
 // A name maps to the advisory lock key with Key: the 64-bit FNV-1a hash of
-// the name's UTF-8 bytes, read as a two's-complement bigint. Two names that
+// the name's UTF-8 bytes, read as a two's-complement bigint. Advisory locks
+// are database-wide, so deployments sharing a database in different schemas
+// set Options.Namespace (KeyIn) to keep their locks apart. Two names that
 // collide exclude each other (safe, merely slower); their fencing tokens stay
 // separate because the counter row is keyed by name.
 //
@@ -57,6 +59,13 @@ const FencesTable = "baton_lock_fences"
 type Options struct {
 	// Schema holds baton_lock_fences. "" uses the connection's search_path.
 	Schema string
+	// Namespace separates this deployment's locks from others' in the same
+	// database. Advisory locks are database-wide, not per schema: two
+	// deployments in different schemas of one database that use the same
+	// lock name (say, the outbox's default) would exclude each other. With
+	// a namespace the key is KeyIn(Namespace, name) instead of Key(name).
+	// Every node of one deployment must use the same namespace.
+	Namespace string
 	// PingInterval is how often a held lock's connection is checked, and
 	// how long a ping may take before the lock counts as lost (default
 	// DefaultPingInterval).
@@ -77,6 +86,8 @@ func (o *Options) validate() error {
 	switch {
 	case o.PingInterval < 0:
 		return fmt.Errorf("%w: pg.Options.PingInterval is %v; it must be positive", lock.ErrInvalidOptions, o.PingInterval)
+	case len(o.Namespace) > lock.MaxNameLength:
+		return fmt.Errorf("%w: pg.Options.Namespace is %d bytes; the limit is %d", lock.ErrInvalidOptions, len(o.Namespace), lock.MaxNameLength)
 	case len(o.Schema) > 63:
 		return fmt.Errorf("%w: pg.Options.Schema is %d bytes; PostgreSQL names are at most 63", lock.ErrInvalidOptions, len(o.Schema))
 	}
@@ -130,6 +141,12 @@ func Key(name string) int64 {
 	return int64(h)
 }
 
+// KeyIn is the advisory lock key of a name within a namespace: FNV-1a 64
+// of the namespace's bytes, one 0x1F byte, then the name's bytes.
+func KeyIn(namespace, name string) int64 {
+	return Key(namespace + "\x1f" + name)
+}
+
 // Acquire implements lock.Provider.
 func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
 	if err := lock.CheckAcquire(name, opts); err != nil {
@@ -140,6 +157,9 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 		return nil, fmt.Errorf("acquire %q: get a connection: %w", name, err)
 	}
 	key := Key(name)
+	if p.opts.Namespace != "" {
+		key = KeyIn(p.opts.Namespace, name)
+	}
 	var token int64
 	err = lock.WaitFor(ctx, opts.Wait, p.opts.Backoff, func(ctx context.Context) (bool, <-chan struct{}, error) {
 		err := conn.QueryRow(ctx, p.acquireSQL, key, name).Scan(&token)

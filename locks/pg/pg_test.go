@@ -193,3 +193,33 @@ func TestSchemaOption_QualifiesTheFenceTable(t *testing.T) {
 		t.Fatalf("token %d, want 1 from the schema's own counter", l.Token())
 	}
 }
+
+func TestNamespace_KeepsDeploymentsInOneDatabaseApart(t *testing.T) {
+	env := setup(t)
+	ctx := context.Background()
+	a := newProvider(t, newPool(t, env.URL), pg.Options{Namespace: "tenant-a"})
+	b := newProvider(t, newPool(t, env.URL), pg.Options{Namespace: "tenant-b"})
+	plain := newProvider(t, newPool(t, env.URL), pg.Options{})
+	la, err := a.Acquire(ctx, "baton-outbox-driver", lock.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release(ctx)
+	lb, err := b.Acquire(ctx, "baton-outbox-driver", lock.AcquireOptions{})
+	if err != nil {
+		t.Fatalf("another namespace was blocked by the same lock name: %v", err)
+	}
+	defer lb.Release(ctx)
+	lp, err := plain.Acquire(ctx, "baton-outbox-driver", lock.AcquireOptions{})
+	if err != nil {
+		t.Fatalf("no namespace was blocked: %v", err)
+	}
+	defer lp.Release(ctx)
+	a2 := newProvider(t, newPool(t, env.URL), pg.Options{Namespace: "tenant-a"})
+	if _, err := a2.Acquire(ctx, "baton-outbox-driver", lock.AcquireOptions{}); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("a second node of the same namespace: %v, want ErrNotAcquired", err)
+	}
+	if pg.KeyIn("tenant-a", "x") == pg.Key("x") || pg.KeyIn("a", "bx") == pg.KeyIn("ab", "x") {
+		t.Fatal("namespaced keys collide with plain or shifted ones")
+	}
+}

@@ -9,25 +9,52 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 )
 
 // ErrSyntax is returned by Parse for text that is not a UUID.
 var ErrSyntax = errors.New("not a UUID")
 
-// NewV7 returns a version 7 UUID: 48 bits of Unix milliseconds, then random
-// bits, with the RFC 9562 version and variant, so ids made later sort
-// later (bytewise, as PostgreSQL's uuid type compares). It panics only if
-// the system's random source fails.
+// v7 state: the last timestamp and counter handed out, so that ids made by
+// one process strictly increase even within one millisecond.
+var (
+	v7mu      sync.Mutex
+	v7ms      uint64
+	v7counter uint16 // 12 bits
+)
+
+// NewV7 returns a version 7 UUID (RFC 9562): 48 bits of Unix milliseconds,
+// a 12-bit counter, then 62 random bits, with the version and variant set.
+// Ids made by one process strictly increase (bytewise, as PostgreSQL's uuid
+// type compares): within one millisecond the counter increments, and when
+// it runs out, or the clock steps back, the timestamp moves forward by one.
+// It panics only if the system's random source fails.
 func NewV7() [16]byte {
 	var id [16]byte
-	if _, err := rand.Read(id[6:]); err != nil {
+	if _, err := rand.Read(id[8:]); err != nil {
 		panic("baton: crypto/rand failed: " + err.Error())
 	}
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(time.Now().UnixMilli()))
-	copy(id[:6], ms[2:])
-	id[6] = id[6]&0x0f | 0x70 // version 7
+	now := uint64(time.Now().UnixMilli())
+	v7mu.Lock()
+	switch {
+	case now > v7ms:
+		// A new millisecond: start the counter at a random point in its
+		// lower half, leaving room to count up.
+		v7ms, v7counter = now, uint16(id[8])<<3&0x7ff
+	case v7counter < 0xfff:
+		v7counter++
+	default:
+		v7ms, v7counter = v7ms+1, 0
+	}
+	ms, counter := v7ms, v7counter
+	v7mu.Unlock()
+
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], ms)
+	copy(id[:6], b[2:])
+	id[6] = 0x70 | byte(counter>>8) // version 7, counter high bits
+	id[7] = byte(counter)
 	id[8] = id[8]&0x3f | 0x80 // RFC 9562 variant
 	return id
 }

@@ -39,3 +39,17 @@ func TestParse_RejectsWhatIsNotAUUID(t *testing.T) {
 		}
 	}
 }
+
+func TestNewV7_StrictlyIncreasesWithinAMillisecond(t *testing.T) {
+	prev := NewV7()
+	for i := range 100_000 { // far more than one millisecond's counter
+		id := NewV7()
+		if string(id[:]) <= string(prev[:]) {
+			t.Fatalf("id %d, %s, does not sort after %s", i, Format(id), Format(prev))
+		}
+		if id[6]>>4 != 7 || id[8]>>6 != 2 {
+			t.Fatalf("%s lost its version or variant", Format(id))
+		}
+		prev = id
+	}
+}
