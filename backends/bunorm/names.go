@@ -2,11 +2,11 @@ package bunorm
 
 import (
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
+
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // MaxSchemaNameLength is the longest schema, table or column name, in
@@ -14,40 +14,18 @@ import (
 const MaxSchemaNameLength = 63
 
 // validateSchemaName rejects schema names PostgreSQL would reject or
-// silently change; field names the option, for the error.
+// silently change (pgrules.SchemaProblem); field names the option, for the
+// error.
 func validateSchemaName(field, name string) error {
-	var why string
-	switch {
-	case name == "":
-		why = "it is empty"
-	case strings.HasPrefix(name, "pg_"):
-		why = `names starting with "pg_" are reserved for PostgreSQL's system schemas`
-	case strings.TrimSpace(name) == "":
-		why = "it is only white space"
-	default:
-		why = identifierProblem(name)
-		if why == "" {
-			return nil
-		}
+	if why := pgrules.SchemaProblem(name); why != "" {
+		return fmt.Errorf("%w: %s %q: %s", ErrInvalidSchemaName, field, name, why)
 	}
-	return fmt.Errorf("%w: %s %q: %s", ErrInvalidSchemaName, field, name, why)
+	return nil
 }
 
 // identifierProblem describes what keeps name from being a PostgreSQL
-// identifier as written, or returns "".
-func identifierProblem(name string) string {
-	switch {
-	case name == "":
-		return "it is empty"
-	case len(name) > MaxSchemaNameLength:
-		return fmt.Sprintf("it is %d bytes long and the limit is %d (PostgreSQL would cut it short)", len(name), MaxSchemaNameLength)
-	case strings.IndexByte(name, 0) >= 0:
-		return "it contains a NUL byte"
-	case !utf8.ValidString(name):
-		return "it is not valid UTF-8"
-	}
-	return ""
-}
+// identifier as written, or returns "" (pgrules.IdentifierProblem).
+func identifierProblem(name string) string { return pgrules.IdentifierProblem(name) }
 
 // tableName is a table, schema-qualified when schema is set, as a bun
 // query argument. bun.Name quotes one name whole (bun.Ident would split it

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/uptrace/bun/schema"
 
 	"github.com/baton-go/baton/core/projection"
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // ProjectionStoreOptions configure a ProjectionStore. The zero value uses
@@ -79,19 +79,11 @@ func NewProjectionStore(db bun.IDB, opts ProjectionStoreOptions) (*ProjectionSto
 	}, nil
 }
 
-// lockKey is the advisory lock key that orders the flips of one subject:
-// the 64-bit FNV-1a hash of "baton/postgres projection", 0x1F, the quoted
-// header table, 0x1F, the subject type, 0x1F, the subject ID. It is the
-// PostgreSQL adapter's key, so flips from bun and pgx nodes order together.
+// lockKey orders the flips of one subject: the PostgreSQL adapter's key
+// (pgrules.ProjectionLockKey), so flips from bun and pgx nodes order
+// together.
 func (s *ProjectionStore) lockKey(subject projection.Subject) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("baton/postgres projection\x1f"))
-	h.Write([]byte(s.lockPrefix))
-	h.Write([]byte{0x1f})
-	h.Write([]byte(subject.Type))
-	h.Write([]byte{0x1f})
-	h.Write([]byte(subject.ID))
-	return int64(h.Sum64())
+	return pgrules.ProjectionLockKey(s.lockPrefix, subject.Type, subject.ID)
 }
 
 // Replace implements projection.Store. Bad input sends nothing.

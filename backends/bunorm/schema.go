@@ -5,11 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"reflect"
 
 	"github.com/uptrace/bun"
+
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // SchemaOptions configure CreateSchema and DropSchema. The zero value uses
@@ -247,16 +248,10 @@ func quoteName(name string) string {
 	return string(append(b, '"'))
 }
 
-// schemaLockKey is the advisory lock key that serializes schema changes on
-// one schema: the 64-bit FNV-1a hash of "baton/postgres migrate", a 0x1F
-// byte, and the schema name. It is the PostgreSQL adapter's Migrate key, so
-// both adapters' schema changes exclude each other.
-func schemaLockKey(schemaName string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("baton/postgres migrate\x1f"))
-	h.Write([]byte(schemaName))
-	return int64(h.Sum64())
-}
+// schemaLockKey serializes schema changes on one schema: the PostgreSQL
+// adapter's Migrate key (pgrules.MigrationLockKey), so both adapters'
+// schema changes exclude each other.
+func schemaLockKey(schemaName string) int64 { return pgrules.MigrationLockKey(schemaName) }
 
 // createTable creates one table of the shape, or completes it. search_path
 // points at schemaName.

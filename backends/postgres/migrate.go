@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // TxStarter is what Migrate and VerifySchema need from a database handle:
@@ -146,26 +145,13 @@ func Migrate(ctx context.Context, db TxStarter, opts MigrateOptions) error {
 }
 
 // validateSchemaName rejects names that PostgreSQL would reject or silently
-// change. field names the option the name came from, for the error.
+// change (pgrules.SchemaProblem). field names the option the name came
+// from, for the error.
 func validateSchemaName(field, name string) error {
-	var why string
-	switch {
-	case name == "":
-		why = "it is empty"
-	case len(name) > MaxSchemaNameLength:
-		why = fmt.Sprintf("it is %d bytes long and the limit is %d (PostgreSQL would cut it short)", len(name), MaxSchemaNameLength)
-	case strings.IndexByte(name, 0) >= 0:
-		why = "it contains a NUL byte, which PostgreSQL cannot store in a name"
-	case !utf8.ValidString(name):
-		why = "it is not valid UTF-8"
-	case strings.TrimSpace(name) == "":
-		why = "it is only white space"
-	case strings.HasPrefix(name, "pg_"):
-		why = `names starting with "pg_" are reserved for PostgreSQL's system schemas`
-	default:
-		return nil
+	if why := pgrules.SchemaProblem(name); why != "" {
+		return fmt.Errorf("%w: %s %q: %s", ErrInvalidSchemaName, field, name, why)
 	}
-	return fmt.Errorf("%w: %s %q: %s", ErrInvalidSchemaName, field, name, why)
+	return nil
 }
 
 // resolveSchema returns the schema to work in: the given name, or the
@@ -230,13 +216,6 @@ func maxVersion(applied map[int]bool) int {
 	return newest
 }
 
-// migrationLockKey is the pg_advisory_xact_lock key that serializes Migrate
-// calls on one schema: the 64-bit FNV-1a hash of "baton/postgres migrate",
-// a 0x1F byte, and the schema name. It is fixed so that every baton version
-// contends on the same key.
-func migrationLockKey(schema string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("baton/postgres migrate\x1f"))
-	h.Write([]byte(schema))
-	return int64(h.Sum64())
-}
+// migrationLockKey serializes Migrate calls on one schema, and bun's
+// CreateSchema with them (pgrules.MigrationLockKey).
+func migrationLockKey(schema string) int64 { return pgrules.MigrationLockKey(schema) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/projection"
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // Tables of the projection store, created by the 0004_projections
@@ -163,20 +163,10 @@ func projectionSweepSQL(h, d string) string {
 SELECT count(*) FROM gone`
 }
 
-// projectionLockKey is the advisory lock key that orders the flips of one
-// subject: the 64-bit FNV-1a hash of "baton/postgres projection", a 0x1F
-// byte, the quoted header table, 0x1F, the subject type, 0x1F, the subject
-// ID. Two subjects may share a key; their flips then wait for each other
-// for a moment, which costs time, not correctness.
+// projectionLockKey orders the flips of one subject, across pgx and bun
+// nodes (pgrules.ProjectionLockKey).
 func (s *ProjectionStore) projectionLockKey(subject projection.Subject) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("baton/postgres projection\x1f"))
-	h.Write([]byte(s.lockPrefix))
-	h.Write([]byte{0x1f})
-	h.Write([]byte(subject.Type))
-	h.Write([]byte{0x1f})
-	h.Write([]byte(subject.ID))
-	return int64(h.Sum64())
+	return pgrules.ProjectionLockKey(s.lockPrefix, subject.Type, subject.ID)
 }
 
 // Replace implements projection.Store. Bad input sends nothing.

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/workrow"
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // Default column names of a work table.
@@ -231,20 +231,8 @@ func (o *WorkRowsOptions[R]) validate() error {
 }
 
 // identifierProblem describes what keeps name from being a PostgreSQL
-// identifier as written, or returns "".
-func identifierProblem(name string) string {
-	switch {
-	case name == "":
-		return "it is empty"
-	case len(name) > MaxSchemaNameLength:
-		return fmt.Sprintf("it is %d bytes long and the limit is %d", len(name), MaxSchemaNameLength)
-	case strings.IndexByte(name, 0) >= 0:
-		return "it contains a NUL byte"
-	case !utf8.ValidString(name):
-		return "it is not valid UTF-8"
-	}
-	return ""
-}
+// identifier as written, or returns "" (pgrules.IdentifierProblem).
+func identifierProblem(name string) string { return pgrules.IdentifierProblem(name) }
 
 // Stats returns the claim counters since the store was created.
 func (s *WorkRows[K, R]) Stats() WorkRowsStats {
