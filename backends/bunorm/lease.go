@@ -12,8 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
@@ -22,15 +20,13 @@ import (
 	"github.com/uptrace/bun/schema"
 
 	"github.com/baton-go/baton/core/lease"
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // DefaultLeaseChannel is the NOTIFY channel of releases when
 // LeaseStoreOptions.Channel is empty. It is the PostgreSQL adapter's
 // default too, so bun and pgx nodes hear each other's releases.
 const DefaultLeaseChannel = "baton_role_leases"
-
-// maxChannelLength is the longest channel name PostgreSQL accepts, in bytes.
-const maxChannelLength = 63
 
 // LeaseStoreOptions configure a LeaseStore. The zero value uses the
 // defaults.
@@ -59,20 +55,10 @@ func (o *LeaseStoreOptions) validate() error {
 			return err
 		}
 	}
-	var why string
-	switch {
-	case len(o.Channel) > maxChannelLength:
-		why = fmt.Sprintf("it is %d bytes long and PostgreSQL channel names are at most %d", len(o.Channel), maxChannelLength)
-	case !utf8.ValidString(o.Channel):
-		why = "it is not valid UTF-8"
-	case strings.ContainsAny(o.Channel, `"\`):
-		why = "it contains a double quote or a backslash"
-	case strings.IndexFunc(o.Channel, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
-		why = "it contains a character that is not printable"
-	default:
-		return nil
+	if why := pgrules.ChannelProblem(o.Channel); why != "" {
+		return fmt.Errorf("baton/bunorm: LeaseStoreOptions.Channel %q: %s", o.Channel, why)
 	}
-	return fmt.Errorf("baton/bunorm: LeaseStoreOptions.Channel %q: %s", o.Channel, why)
+	return nil
 }
 
 // LeaseStore is the lease.Store over baton_role_leases, on any bun.IDB, and

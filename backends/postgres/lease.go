@@ -9,13 +9,13 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/lease"
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // LeaseTable is the table holding one row per role lease, created by the
@@ -25,10 +25,6 @@ const LeaseTable = "baton_role_leases"
 // DefaultLeaseChannel is the NOTIFY channel of releases when
 // LeaseStoreOptions.Channel is empty.
 const DefaultLeaseChannel = "baton_role_leases"
-
-// maxChannelLength is the longest channel name PostgreSQL accepts, in bytes
-// (NAMEDATALEN - 1).
-const maxChannelLength = 63
 
 // LeaseStoreOptions configure a LeaseStore. The zero value uses the
 // defaults.
@@ -59,18 +55,10 @@ func (o *LeaseStoreOptions) validate() error {
 			return err
 		}
 	}
-	var why string
-	switch {
-	case len(o.Channel) > maxChannelLength:
-		why = fmt.Sprintf("it is %d bytes long and PostgreSQL channel names are at most %d", len(o.Channel), maxChannelLength)
-	case strings.IndexByte(o.Channel, 0) >= 0:
-		why = "it contains a NUL byte"
-	case !utf8.ValidString(o.Channel):
-		why = "it is not valid UTF-8"
-	default:
-		return nil
+	if why := pgrules.ChannelProblem(o.Channel); why != "" {
+		return fmt.Errorf("baton/postgres: LeaseStoreOptions.Channel %q: %s", o.Channel, why)
 	}
-	return fmt.Errorf("baton/postgres: LeaseStoreOptions.Channel %q: %s", o.Channel, why)
+	return nil
 }
 
 // LeaseStore is the lease.Store over the baton_role_leases table, and a

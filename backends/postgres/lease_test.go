@@ -432,7 +432,7 @@ func TestLeaseStore_WorksInASchemaNeedingQuotes(t *testing.T) {
 	ctx := testContext(t)
 	schema := extraSchema(t, env, `Lease "odd" Schema`)
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{Schema: schema})
-	channel := `Odd "Channel" ` + env.Schema
+	channel := "Odd Channel " + env.Schema // upper case and a space: needs quoting
 	a := mustLeaseStore(t, env.Pool, LeaseStoreOptions{Schema: schema, Channel: channel})
 	b := mustLeaseStore(t, newPool(t, env, nil), LeaseStoreOptions{Schema: schema, Channel: channel})
 
@@ -599,6 +599,7 @@ func TestNewLeaseStore_RejectsInvalidOptionsNamingTheField(t *testing.T) {
 		{LeaseStoreOptions{Channel: strings.Repeat("c", 64)}, "LeaseStoreOptions.Channel", nil},
 		{LeaseStoreOptions{Channel: "a\x00b"}, "LeaseStoreOptions.Channel", nil},
 		{LeaseStoreOptions{Channel: "a\xffb"}, "LeaseStoreOptions.Channel", nil},
+		{LeaseStoreOptions{Channel: `a"b`}, "LeaseStoreOptions.Channel", nil},
 	}
 	for _, tc := range cases {
 		_, err := NewLeaseStore(env.Pool, tc.opts)

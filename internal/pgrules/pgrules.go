@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -74,4 +75,21 @@ func key(parts ...string) int64 {
 		h.Write([]byte(p))
 	}
 	return int64(h.Sum64())
+}
+
+// ChannelProblem describes what keeps name from being a LISTEN/NOTIFY
+// channel both adapters can use (quoted as an identifier, sent as text), or
+// returns "".
+func ChannelProblem(name string) string {
+	switch {
+	case len(name) > MaxIdentifierLength:
+		return fmt.Sprintf("it is %d bytes long and PostgreSQL channel names are at most %d", len(name), MaxIdentifierLength)
+	case !utf8.ValidString(name):
+		return "it is not valid UTF-8"
+	case strings.ContainsAny(name, `"\`):
+		return "it contains a double quote or a backslash"
+	case strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return "it contains a character that is not printable (a NUL byte, a control character)"
+	}
+	return ""
 }
