@@ -130,6 +130,7 @@ func RunOutboxStore(t *testing.T, factory func(t *testing.T) OutboxHarness, feat
 		{"ScanHonoursCursorAndLimit", s.scanCursorLimit},
 		{"EnqueueRejectsInvalidEntries", s.invalidEntries},
 		{"EnqueueRejectsDuplicateIDs", s.duplicateIDs},
+		{"EnqueueRejectsTheIDOfADeadLetter", s.deadLetterID},
 		{"TransactionIsDoneAfterCommitOrRollback", s.txDone},
 		{"SettleIsCompareAndSet", s.settleCAS},
 		{"StaleSettleLoses", s.staleSettle},
@@ -865,6 +866,32 @@ func (s *outboxSuite) duplicateIDs(t *testing.T) {
 
 	got := withoutBarriers(x.barrier())
 	x.checkEntries("after the duplicates", got, e)
+}
+
+// deadLetterID: an entry whose id a dead letter has could never be parked
+// (the dead letters are keyed by id), so Enqueue refuses it with
+// outbox.ErrIDInUse, and the transaction can still commit its other work.
+func (s *outboxSuite) deadLetterID(t *testing.T) {
+	x := s.start(t)
+	ctx := x.ctx
+	p := outboxEntry(outboxLaneA, 1)
+	x.commitTx(p)
+	all := x.await(outbox.Cursor{}, p.ID)
+	x.settle(outbox.Settlement{From: outbox.Cursor{}, To: all[len(all)-1].Cursor(),
+		Park: []outbox.Parked{{Entry: x.find(all, p.ID), Reason: "rejected"}}})
+
+	other := outboxEntry(outboxLaneB, 2)
+	tx := x.begin()
+	if err := tx.Enqueue(ctx, p.ID, outboxLaneA, []byte(`{"again": true}`)); !errors.Is(err, outbox.ErrIDInUse) {
+		t.Errorf("Enqueue of a dead letter's id: err = %v, want outbox.ErrIDInUse", err)
+	}
+	x.enqueue(tx, other)
+	x.commit(tx)
+	got := withoutBarriers(x.barrier())
+	x.checkEntries("after the refused enqueue", got, other)
+	if d := x.getDead(p.ID); d.Error != "rejected" || !d.RequeuedAs.IsNil() {
+		t.Errorf("the dead letter changed: %+v", d)
+	}
 }
 
 func (s *outboxSuite) txDone(t *testing.T) {

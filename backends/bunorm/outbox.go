@@ -38,24 +38,30 @@ import (
 // it; the PostgreSQL adapter's Enqueue documents the order in full, and it
 // holds here unchanged (the xid comes from the same column default).
 func Enqueue(ctx context.Context, db bun.IDB, id outbox.ID, lane string, payload []byte) error {
-	return enqueue(ctx, db, nil, id, lane, payload)
+	return enqueue(ctx, db, bun.Name(OutboxTable), bun.Name(OutboxDeadTable), id, lane, payload)
 }
 
-func enqueue(ctx context.Context, db bun.IDB, table schema.QueryAppender, id outbox.ID, lane string, payload []byte) error {
+// enqueueSQL inserts an entry unless a dead letter has its id (it could
+// never be parked): ?0 the outbox table, ?1 the dead letters, ?2 the id,
+// ?3 the lane, ?4 the payload. xid and created_at take their defaults, so
+// the entry carries the id of the transaction it is written in.
+const enqueueSQL = `INSERT INTO ?0 (id, lane, payload)
+SELECT ?2::uuid, ?3::text, ?4::jsonb
+WHERE NOT EXISTS (SELECT 1 FROM ?1 WHERE id = ?2::uuid)`
+
+func enqueue(ctx context.Context, db bun.IDB, table, dead schema.QueryAppender, id outbox.ID, lane string, payload []byte) error {
 	if err := outbox.ValidateEntry(id, lane, payload); err != nil {
 		return err
 	}
 	if db == nil {
 		return errors.New("baton/bunorm: outbox enqueue: the database handle is nil; enqueue inside the transaction that makes the change")
 	}
-	// xid and created_at are zero, so bun writes DEFAULT: the entry carries
-	// the id of the transaction it is written in.
-	q := db.NewInsert().Model(&OutboxEntry{ID: UUID(id), Lane: lane, Payload: payload}).Returning("NULL")
-	if table != nil {
-		q = q.ModelTableExpr("?", table)
-	}
-	if _, err := q.Exec(ctx); err != nil {
+	res, err := db.NewRaw(enqueueSQL, table, dead, UUID(id), lane, string(payload)).Exec(ctx)
+	if err != nil {
 		return mapError(areaOutbox, "enqueue", err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("baton/bunorm: outbox enqueue %s: %w; use a fresh id (outbox.NewID)", id, outbox.ErrIDInUse)
 	}
 	return nil
 }
@@ -118,11 +124,7 @@ func NewOutboxStore(db bun.IDB, opts OutboxStoreOptions) (*OutboxStore, error) {
 // into baton_outbox of OutboxStoreOptions.Schema with db, the caller's
 // transaction (the store's own handle is not used).
 func (s *OutboxStore) Enqueue(ctx context.Context, db bun.IDB, id outbox.ID, lane string, payload []byte) error {
-	var table schema.QueryAppender
-	if s.opts.Schema != "" {
-		table = s.t
-	}
-	return enqueue(ctx, db, table, id, lane, payload)
+	return enqueue(ctx, db, s.t, s.d, id, lane, payload)
 }
 
 // outboxScanSQL is the walk's one bounded read; see the PostgreSQL

@@ -129,6 +129,9 @@ func (tx *OutboxTx) Enqueue(ctx context.Context, id outbox.ID, lane string, payl
 	if _, ok := s.ids[id]; ok {
 		return fmt.Errorf("baton/memory: enqueue: an entry with id %s is already in the outbox", id)
 	}
+	if _, ok := s.dead[id]; ok {
+		return fmt.Errorf("baton/memory: enqueue %s: %w; use a fresh id (outbox.NewID)", id, outbox.ErrIDInUse)
+	}
 	switch owner := s.pending[id]; {
 	case owner == tx:
 		return fmt.Errorf("baton/memory: enqueue: id %s is already enqueued in this transaction", id)

@@ -28,7 +28,7 @@ const (
 // enqueueSQL is Enqueue's statement over the table found through the
 // search_path. xid and created_at come from the column defaults, so the
 // entry carries the transaction id of the transaction it is written in.
-var enqueueSQL = outboxEnqueueSQL(pgx.Identifier{OutboxTable}.Sanitize())
+var enqueueSQL = outboxEnqueueSQL(pgx.Identifier{OutboxTable}.Sanitize(), pgx.Identifier{OutboxDeadTable}.Sanitize())
 
 // Enqueue writes one outbox entry inside the caller's transaction tx, into
 // baton_outbox found through tx's search_path (use OutboxStore.Enqueue for
@@ -93,8 +93,12 @@ func enqueue(ctx context.Context, tx pgx.Tx, query string, id outbox.ID, lane st
 	if tx == nil {
 		return errors.New("baton/postgres: outbox enqueue: the transaction is nil; enqueue inside the transaction that makes the change")
 	}
-	if _, err := tx.Exec(ctx, query, [16]byte(id), lane, payload); err != nil {
+	tag, err := tx.Exec(ctx, query, [16]byte(id), lane, payload)
+	if err != nil {
 		return outboxError("enqueue", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("baton/postgres: outbox enqueue %s: %w; use a fresh id (outbox.NewID)", id, outbox.ErrIDInUse)
 	}
 	return nil
 }
@@ -183,7 +187,7 @@ func newOutboxStatements(schema string) outboxStatements {
 	}
 	t, st, d := name(OutboxTable), name(OutboxStateTable), name(OutboxDeadTable)
 	return outboxStatements{
-		enqueue:        outboxEnqueueSQL(t),
+		enqueue:        outboxEnqueueSQL(t, d),
 		scan:           outboxScanSQL(t),
 		lockCursor:     outboxLockCursorSQL(st),
 		park:           outboxParkSQL(t, d),
@@ -203,8 +207,12 @@ FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 
 // outboxEnqueueSQL inserts one entry into the quoted outbox table t.
 // Parameters: $1 id, $2 lane, $3 payload (JSON).
-func outboxEnqueueSQL(t string) string {
-	return `INSERT INTO ` + t + ` (id, lane, payload) VALUES ($1, $2, $3)`
+func outboxEnqueueSQL(t, d string) string {
+	// Refused (no row) when a dead letter has the id: it could never be
+	// parked. The check is one probe of the dead letters' primary key.
+	return `INSERT INTO ` + t + ` (id, lane, payload)
+SELECT $1::uuid, $2::text, $3::jsonb
+WHERE NOT EXISTS (SELECT 1 FROM ` + d + ` WHERE id = $1::uuid)`
 }
 
 // outboxScanSQL is the walk's one bounded read. Parameters: $1 the cursor's

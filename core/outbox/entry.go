@@ -23,6 +23,11 @@ var NilID ID
 // and every adapter's Enqueue for an entry that must not be written.
 var ErrInvalidEntry = errors.New("baton/outbox: invalid entry")
 
+// ErrIDInUse is returned (wrapped) by an adapter's Enqueue for an id that a
+// dead letter already has: a second entry with it could never be parked
+// (the dead letters are keyed by id), and would stall the walk.
+var ErrIDInUse = errors.New("baton/outbox: the id belongs to a dead letter")
+
 // MaxLaneLength bounds a lane name, in bytes.
 const MaxLaneLength = 128
 
