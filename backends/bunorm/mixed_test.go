@@ -1,12 +1,10 @@
 package bunorm
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/baton-go/baton/backends/postgres"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/outboxtest"
 	"github.com/baton-go/baton/internal/testenv"
 	"github.com/baton-go/baton/locks/pg"
 )
@@ -171,68 +170,6 @@ func TestMixedNodes_PgxAndBunShareOneRoleLeaseAndHandOverBothWays(t *testing.T) 
 		firstToken, secondToken, back.Token())
 }
 
-// delivery is one entry as a processor saw it, with when.
-type delivery struct {
-	id outbox.ID
-	at time.Time
-}
-
-// deliveryLog is shared by the processors of both drivers: the order in
-// which the destination saw the entries.
-type deliveryLog struct {
-	mu   sync.Mutex
-	seen []delivery
-	by   map[string]int
-}
-
-func (l *deliveryLog) processor(driver, lane string) outbox.Processor {
-	return outbox.ProcessorFunc{LaneName: lane, Func: func(ctx context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
-		out := make([]outbox.Outcome, len(run))
-		for i, e := range run {
-			if ctx.Err() != nil { // lost the lock: stop, as a real request would
-				for j := i; j < len(run); j++ {
-					out[j] = outbox.Retry("not attempted")
-				}
-				return out, nil
-			}
-			l.mu.Lock()
-			l.seen = append(l.seen, delivery{e.ID, time.Now()})
-			l.by[driver]++
-			l.mu.Unlock()
-			out[i] = outbox.Delivered()
-		}
-		return out, nil
-	}}
-}
-
-func (l *deliveryLog) snapshot() ([]delivery, map[string]int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	by := map[string]int{}
-	for k, v := range l.by {
-		by[k] = v
-	}
-	return slices.Clone(l.seen), by
-}
-
-type committedEntry struct {
-	xid uint64
-	id  outbox.ID
-}
-
-// dedup keeps the first delivery of each entry, in order.
-func dedup(seen []delivery) []outbox.ID {
-	done := make(map[outbox.ID]bool, len(seen))
-	out := make([]outbox.ID, 0, len(seen))
-	for _, d := range seen {
-		if !done[d.id] {
-			done[d.id] = true
-			out = append(out, d.id)
-		}
-	}
-	return out
-}
-
 // TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter: one
 // producer enqueues through pgx, one through bun (300 transactions each,
 // random lanes, about 10 % rolled back); a pgx driver and a bun driver
@@ -244,7 +181,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 	env, db := bunEnv(t)
 	ctx := testContext(t)
 	lanes := []string{"profiles", "devices", "tenants"}
-	log := &deliveryLog{by: map[string]int{}}
+	log := &outboxtest.Log{}
 	const lockName = "mixed-outbox-driver"
 
 	type node struct {
@@ -259,7 +196,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 		}
 		var procs []outbox.Processor
 		for _, lane := range lanes {
-			procs = append(procs, log.processor(name, lane))
+			procs = append(procs, log.Processor(name, lane))
 		}
 		d, err := outbox.New(outbox.Config{
 			Store: store, Locks: locks, Processors: procs,
@@ -287,7 +224,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 
 	var (
 		mu         sync.Mutex
-		committed  []committedEntry
+		committed  []outboxtest.Committed
 		rolledBack = map[outbox.ID]bool{}
 		txs        atomic.Int64
 	)
@@ -296,7 +233,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 		defer mu.Unlock()
 		for _, id := range ids {
 			if commit {
-				committed = append(committed, committedEntry{xid, id})
+				committed = append(committed, outboxtest.Committed{XID: xid, ID: id})
 			} else {
 				rolledBack[id] = true
 			}
@@ -392,7 +329,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 		if time.Now().After(deadline) {
 			t.Fatal("the leader never delivered 300 entries")
 		}
-		seen, by := log.snapshot()
+		seen, by := log.Snapshot()
 		if len(seen) >= 300 {
 			for _, n := range nodes {
 				if by[n.name] > 0 {
@@ -418,51 +355,11 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 1
 	if t.Failed() {
 		return
 	}
-	slices.SortFunc(committed, func(a, b committedEntry) int {
-		return cmp.Or(cmp.Compare(a.xid, b.xid), a.id.Compare(b.id))
-	})
-	var seen []delivery
-	var by map[string]int
-	for deadline := time.Now().Add(time.Minute); ; {
-		seen, by = log.snapshot()
-		if len(dedup(seen)) >= len(committed) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	got := dedup(seen)
-	if len(got) != len(committed) {
-		t.Fatalf("delivered %d distinct entries, committed %d", len(got), len(committed))
-	}
-	for i := range committed {
-		if got[i] != committed[i].id {
-			t.Fatalf("delivery %d is %s, want %s: the walk is not in (xid, id) order", i, got[i], committed[i].id)
-		}
-	}
-	for _, d := range seen {
-		if rolledBack[d.id] {
-			t.Fatalf("rolled-back entry %s was delivered", d.id)
-		}
-	}
-	first := map[outbox.ID]time.Time{}
-	dups := 0
-	for _, d := range seen {
-		at, ok := first[d.id]
-		if !ok {
-			first[d.id] = d.at
-			continue
-		}
-		dups++
-		if at.After(killedAt) || d.at.Before(killedAt) {
-			t.Errorf("entry %s delivered twice away from the takeover (%v then %v, leader killed at %v)", d.id, at, d.at, killedAt)
-		}
-	}
-	if dups > 50 {
-		t.Errorf("%d duplicate deliveries; want at most one batch (50)", dups)
-	}
+	res := outboxtest.Verify(t, log, committed, rolledBack, killedAt, 50, time.Minute)
+	by := res.ByDriver
 	if by["pgx"] == 0 || by["bun"] == 0 {
 		t.Errorf("deliveries per driver %v: both adapters should have led (one before the kill, the other after)", by)
 	}
 	t.Logf("%d transactions committed, %d rolled back entries, %d entries delivered in order by %s then the other; %d duplicates at the takeover; deliveries per driver %v",
-		txs.Load(), len(rolledBack), len(got), killed.name, dups, by)
+		txs.Load(), len(rolledBack), res.Distinct, killed.name, res.Duplicates, by)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/graph/graphtest"
+	"github.com/baton-go/baton/internal/outboxtest"
 	"github.com/baton-go/baton/internal/testenv"
 	lockmem "github.com/baton-go/baton/locks/memory"
 )
@@ -105,7 +106,7 @@ func TestOutboxToGraphEngine_EndToEnd(t *testing.T) {
 	go func() { defer close(done); d.Run(dctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	var committed []committedEntry
+	var committed []outboxtest.Committed
 	// produce commits one business transaction holding the given entries.
 	produce := func(entries ...func(ctx context.Context, enqueue graph.EnqueueFunc, id outbox.ID) error) []outbox.ID {
 		t.Helper()
@@ -133,7 +134,7 @@ func TestOutboxToGraphEngine_EndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, id := range ids {
-			committed = append(committed, committedEntry{xid, id})
+			committed = append(committed, outboxtest.Committed{XID: xid, ID: id})
 		}
 		return ids
 	}
@@ -174,17 +175,17 @@ func TestOutboxToGraphEngine_EndToEnd(t *testing.T) {
 	if err := late.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	committed = append(committed, committedEntry{lateXID, lateID})
-	slices.SortFunc(committed, func(a, b committedEntry) int {
-		return cmp.Or(cmp.Compare(a.xid, b.xid), a.id.Compare(b.id))
+	committed = append(committed, outboxtest.Committed{XID: lateXID, ID: lateID})
+	slices.SortFunc(committed, func(a, b outboxtest.Committed) int {
+		return cmp.Or(cmp.Compare(a.XID, b.XID), a.ID.Compare(b.ID))
 	})
 	got, err := engine.WaitDeliveries(len(committed), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range committed {
-		if got[i].EntryID != c.id {
-			t.Fatalf("delivery %d is %s (%s), want %s: not in (xid, id) order", i, got[i].EntryID, got[i].Lane, c.id)
+		if got[i].EntryID != c.ID {
+			t.Fatalf("delivery %d is %s (%s), want %s: not in (xid, id) order", i, got[i].EntryID, got[i].Lane, c.ID)
 		}
 	}
 	if label, _ := engine.Label("profile", "p0"); label != "late" {

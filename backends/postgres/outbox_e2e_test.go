@@ -1,10 +1,8 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,58 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/outboxtest"
 	"github.com/baton-go/baton/internal/testenv"
 	"github.com/baton-go/baton/locks/pg"
 )
-
-// delivery is one entry as a processor saw it, with when.
-type delivery struct {
-	id outbox.ID
-	at time.Time
-}
-
-// deliveryLog is shared by the processors of every driver in a test: the
-// order in which the destination saw the entries.
-type deliveryLog struct {
-	mu   sync.Mutex
-	seen []delivery
-	by   map[string]int // deliveries per driver
-}
-
-func (l *deliveryLog) processor(driver, lane string) outbox.Processor {
-	return outbox.ProcessorFunc{LaneName: lane, Func: func(ctx context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
-		out := make([]outbox.Outcome, len(run))
-		for i, e := range run {
-			if ctx.Err() != nil { // lost the lock: stop, like a real processor's request would
-				for j := i; j < len(run); j++ {
-					out[j] = outbox.Retry("not attempted")
-				}
-				return out, nil
-			}
-			l.mu.Lock()
-			l.seen = append(l.seen, delivery{e.ID, time.Now()})
-			l.by[driver]++
-			l.mu.Unlock()
-			out[i] = outbox.Delivered()
-		}
-		return out, nil
-	}}
-}
-
-func (l *deliveryLog) snapshot() ([]delivery, map[string]int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	by := map[string]int{}
-	for k, v := range l.by {
-		by[k] = v
-	}
-	return slices.Clone(l.seen), by
-}
-
-type committedEntry struct {
-	xid uint64
-	id  outbox.ID
-}
 
 // TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss runs 8
 // producers × 1 000 transactions (random lanes, about 10 % rolled back,
@@ -82,7 +32,7 @@ func TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss(t *testin
 	ctx := testContext(t)
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
 	lanes := []string{"profiles", "devices", "tenants"}
-	log := &deliveryLog{by: map[string]int{}}
+	log := &outboxtest.Log{}
 
 	const lockName = "e2e-outbox-driver"
 	type node struct {
@@ -103,7 +53,7 @@ func TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss(t *testin
 		}
 		var procs []outbox.Processor
 		for _, lane := range lanes {
-			procs = append(procs, log.processor(name, lane))
+			procs = append(procs, log.Processor(name, lane))
 		}
 		d, err := outbox.New(outbox.Config{
 			Store: store, Locks: locks, Processors: procs,
@@ -128,7 +78,7 @@ func TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss(t *testin
 	// The producers.
 	var (
 		mu         sync.Mutex
-		committed  []committedEntry
+		committed  []outboxtest.Committed
 		rolledBack = map[outbox.ID]bool{}
 		txs        atomic.Int64
 	)
@@ -179,7 +129,7 @@ func TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss(t *testin
 				txs.Add(1)
 				mu.Lock()
 				for _, id := range mine {
-					committed = append(committed, committedEntry{xid, id})
+					committed = append(committed, outboxtest.Committed{XID: xid, ID: id})
 				}
 				mu.Unlock()
 			}
@@ -194,7 +144,7 @@ func TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss(t *testin
 		if time.Now().After(deadline) {
 			t.Fatal("the leader never delivered 4 000 entries")
 		}
-		seen, by := log.snapshot()
+		seen, by := log.Snapshot()
 		if len(seen) >= 4000 {
 			for _, n := range nodes {
 				if by[n.name] > 0 {
@@ -220,65 +170,7 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 1
 	if t.Failed() {
 		return
 	}
-	slices.SortFunc(committed, func(a, b committedEntry) int {
-		return cmp.Or(cmp.Compare(a.xid, b.xid), a.id.Compare(b.id))
-	})
-
-	// Wait until the survivor has delivered everything committed.
-	var seen []delivery
-	var by map[string]int
-	for deadline := time.Now().Add(2 * time.Minute); ; {
-		seen, by = log.snapshot()
-		if len(dedup(seen)) >= len(committed) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	got := dedup(seen)
-	if len(got) != len(committed) {
-		t.Fatalf("delivered %d distinct entries, committed %d", len(got), len(committed))
-	}
-	for i := range committed {
-		if got[i] != committed[i].id {
-			t.Fatalf("delivery %d is %s, want %s: the walk is not in (xid, id) order", i, got[i], committed[i].id)
-		}
-	}
-	for _, d := range seen {
-		if rolledBack[d.id] {
-			t.Fatalf("rolled-back entry %s was delivered", d.id)
-		}
-	}
-	// Duplicates: only entries first delivered by the dead leader and then
-	// again by its successor, at most the batch it had in flight.
-	first := map[outbox.ID]time.Time{}
-	dups := 0
-	for _, d := range seen {
-		at, ok := first[d.id]
-		if !ok {
-			first[d.id] = d.at
-			continue
-		}
-		dups++
-		if at.After(killedAt) || d.at.Before(killedAt) {
-			t.Errorf("entry %s delivered twice away from the takeover (%v then %v, leader killed at %v)", d.id, at, d.at, killedAt)
-		}
-	}
-	if dups > 100 {
-		t.Errorf("%d duplicate deliveries; want at most one batch (100)", dups)
-	}
+	res := outboxtest.Verify(t, log, committed, rolledBack, killedAt, 100, 2*time.Minute)
 	t.Logf("%d transactions committed, %d rolled back entries, %d entries delivered in order; %d duplicates at the takeover; deliveries per driver %v",
-		txs.Load(), len(rolledBack), len(got), dups, by)
-}
-
-// dedup keeps the first delivery of each entry, in order.
-func dedup(seen []delivery) []outbox.ID {
-	done := make(map[outbox.ID]bool, len(seen))
-	out := make([]outbox.ID, 0, len(seen))
-	for _, d := range seen {
-		if !done[d.id] {
-			done[d.id] = true
-			out = append(out, d.id)
-		}
-	}
-	return out
+		txs.Load(), len(rolledBack), res.Distinct, res.Duplicates, res.ByDriver)
 }
