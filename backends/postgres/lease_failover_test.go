@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -56,79 +55,6 @@ func (s *chaosStore) Heartbeat(ctx context.Context, req lease.HeartbeatRequest) 
 		}
 	}
 	return s.LeaseStore.Heartbeat(ctx, req)
-}
-
-// tcpProxy forwards connections to a server until it is severed, after
-// which every connection through it is closed and new ones are refused.
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	closed bool
-	wg     sync.WaitGroup
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.sever)
-	return p
-}
-
-func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *tcpProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			c.Close()
-			s.Close()
-			return
-		}
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
-	}
-}
-
-func (p *tcpProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-func (p *tcpProxy) sever() {
-	p.mu.Lock()
-	p.closed = true
-	conns := p.conns
-	p.conns = nil
-	p.mu.Unlock()
-	p.ln.Close()
-	for _, c := range conns {
-		c.Close()
-	}
-	p.wg.Wait()
 }
 
 // poolVia opens a pool on the test's schema whose connections go through
@@ -267,14 +193,14 @@ func TestLeaseFailover_FrozenHolderIsReplacedWithinLeasePlusRenew(t *testing.T) 
 func TestLeaseFailover_UnreachableDatabaseFailsClosed(t *testing.T) {
 	env := testenv.Postgres(t)
 	mustMigrate(t, testContext(t), env.Pool, MigrateOptions{})
-	proxy := newTCPProxy(t, serverAddr(t, env))
-	cutStore := mustLeaseStore(t, poolVia(t, env, proxy.addr()), LeaseStoreOptions{})
+	proxy := testenv.NewFaultProxy(t, serverAddr(t, env))
+	cutStore := mustLeaseStore(t, poolVia(t, env, proxy.Addr()), LeaseStoreOptions{})
 	_, cut := startManager(t, cutStore, "cut", "maintenance")
 	waitFor(t, 5*time.Second, "the proxied instance holding", cut[0].IsHeld)
 	_, others := startManager(t, mustLeaseStore(t, newPool(t, env, nil), LeaseStoreOptions{}), "other", "maintenance")
 
 	time.Sleep(2 * failoverRenew) // a few renewals through the proxy
-	proxy.sever()
+	proxy.SetMode(testenv.Reset)  // every connection reset, new ones refused
 	severed := time.Now()
 
 	var overlap bool

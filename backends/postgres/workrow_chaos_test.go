@@ -14,42 +14,19 @@ import (
 
 	"github.com/baton-go/baton/core/workrow"
 	"github.com/baton-go/baton/internal/testenv"
+	"github.com/baton-go/baton/internal/workrowtest"
 )
 
-// The chaos table: the lock columns, the queue order, and columns the test
-// uses to audit every finalize. A trigger records any finalize made by a
-// lock id other than the one on the row at that moment.
-const chaosDDL = `CREATE TABLE chaos (
-    id            bigint PRIMARY KEY,
-    seq           bigint NOT NULL,
-    attempts      integer NOT NULL DEFAULT 0,
-    completed_at  timestamptz,
-    parked_at     timestamptz,
-    last_error    text,
-    completions   integer NOT NULL DEFAULT 0,
-    finalizes     integer NOT NULL DEFAULT 0,
-    finalized_by  text,
-    completed_by  text,
-    lock_id       uuid,
-    locked_until  timestamptz
-) WITH (fillfactor = 90);
-CREATE TABLE chaos_violations (id bigint, row_lock uuid, finalized_by text);
-CREATE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.finalized_by IS DISTINCT FROM OLD.finalized_by
-       AND (OLD.lock_id IS NULL OR OLD.lock_id::text <> NEW.finalized_by) THEN
-        INSERT INTO chaos_violations VALUES (OLD.id, OLD.lock_id, NEW.finalized_by);
-    END IF;
-    RETURN NEW;
-END $$;
-CREATE TRIGGER chaos_audit BEFORE UPDATE ON chaos FOR EACH ROW EXECUTE FUNCTION chaos_audit()`
+// The chaos table is workrowtest's audited table: a trigger records any
+// finalize made by a lock id other than the one on the row at that moment.
+var chaosDDL = workrowtest.AuditedTableDDL("chaos")
 
 type chaosRow struct {
 	ID       int64 `db:"id"`
 	Attempts int   `db:"attempts"`
 }
 
-var chaosLive = workrow.And(workrow.IsNull("completed_at"), workrow.IsNull("parked_at"))
+var chaosLive = workrowtest.Live
 
 // chaosWorkLog collects what the workers' stores reported.
 type chaosWorkLog struct {
@@ -78,19 +55,7 @@ func (s *chaosWorkRows) Claim(ctx context.Context, spec workrow.ClaimSpec) ([]wo
 }
 
 func (s *chaosWorkRows) FinalizeMany(ctx context.Context, lock workrow.LockID, finals []workrow.Final[int64]) ([]bool, error) {
-	finals = append([]workrow.Final[int64](nil), finals...)
-	completes := make([]bool, len(finals))
-	for i, f := range finals {
-		sets := append([]workrow.Set(nil), f.Set...)
-		for _, set := range f.Set {
-			completes[i] = completes[i] || set.Column() == "completed_at"
-		}
-		sets = append(sets, workrow.Add("finalizes", 1), workrow.Assign("finalized_by", lock.String()))
-		if completes[i] {
-			sets = append(sets, workrow.Assign("completed_by", lock.String()))
-		}
-		finals[i].Set = sets
-	}
+	finals, completes := workrowtest.Stamp(lock, finals)
 	owned, err := s.WorkRows.FinalizeMany(ctx, lock, finals)
 	if err != nil {
 		return owned, err

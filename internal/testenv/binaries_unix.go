@@ -42,116 +42,183 @@ const (
 const postgresVersionDirs = "/usr/lib/postgresql/*/bin"
 
 func startPostgresBinaries() (running, error) {
-	initdb, postgres, err := postgresBinaries()
+	pg, err := newPostgresCluster()
 	if err != nil {
 		return running{}, err
+	}
+	if err := pg.start(); err != nil {
+		os.RemoveAll(pg.dir)
+		return running{}, err
+	}
+	return running{
+		srv:  server{addr: pg.url(), tier: tierThrowaway, pid: pg.p.pid(), dir: pg.dir},
+		stop: func() error { return pg.p.stopAndRemove(pg.dir) },
+	}, nil
+}
+
+// postgresCluster is a throwaway cluster: a data directory made by initdb
+// in a temporary directory, and the server when it runs.
+type postgresCluster struct {
+	postgres string
+	cred     *syscall.Credential
+	dir      string // temporary directory: data/, postgres.log, sockets
+	port     int    // chosen at the first start, kept across restarts
+	settings []string
+	p        *proc
+}
+
+func newPostgresCluster(settings ...string) (*postgresCluster, error) {
+	initdb, postgres, err := postgresBinaries()
+	if err != nil {
+		return nil, err
 	}
 	cred, err := serverCredential()
 	if err != nil {
-		return running{}, err
+		return nil, err
 	}
 	dir, err := serverDir("pg", cred)
 	if err != nil {
-		return running{}, err
+		return nil, err
 	}
-	data := filepath.Join(dir, "data")
-
-	init := exec.Command(initdb, "--pgdata="+data, "--username=postgres", "--auth=trust",
+	init := exec.Command(initdb, "--pgdata="+filepath.Join(dir, "data"), "--username=postgres", "--auth=trust",
 		"--encoding=UTF8", "--locale=C", "--no-sync")
 	init.Dir = dir
 	init.SysProcAttr = procAttr(cred, 0)
 	if out, err := init.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
-		return running{}, fmt.Errorf("%s: %v%s", initdb, err, tailSection("initdb output", string(out)))
+		return nil, fmt.Errorf("%s: %v%s", initdb, err, tailSection("initdb output", string(out)))
 	}
+	return &postgresCluster{postgres: postgres, cred: cred, dir: dir, settings: settings}, nil
+}
 
+func (c *postgresCluster) url() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+// start runs the server: on a free port the first time, on the same port
+// after that, so clients can reconnect to the address they had.
+func (c *postgresCluster) start() error {
 	// PostgreSQL limits a socket path to about 100 bytes; without a socket
 	// directory it listens on TCP only, which is all the tests use.
-	sockets := dir
-	if len(dir)+len("/.s.PGSQL.65535") >= 100 {
+	sockets := c.dir
+	if len(c.dir)+len("/.s.PGSQL.65535") >= 100 {
 		sockets = ""
 	}
-	logPath := filepath.Join(dir, "postgres.log")
+	logPath := filepath.Join(c.dir, "postgres.log")
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			os.RemoveAll(dir)
-			return running{}, err
+		fixed := c.port != 0
+		if !fixed {
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			c.port = port
 		}
-		cmd := exec.Command(postgres, "-D", data, "-p", strconv.Itoa(port),
+		args := []string{"-D", filepath.Join(c.dir, "data"), "-p", strconv.Itoa(c.port),
 			"-c", "listen_addresses=127.0.0.1",
-			"-c", "unix_socket_directories="+sockets,
+			"-c", "unix_socket_directories=" + sockets,
 			"-c", "fsync=off",
 			"-c", "synchronous_commit=off",
 			"-c", "full_page_writes=off",
-			"-c", "max_connections=200")
-		cmd.Dir = dir
+			"-c", "max_connections=200"}
+		for _, kv := range c.settings {
+			args = append(args, "-c", kv)
+		}
+		cmd := exec.Command(c.postgres, args...)
+		cmd.Dir = c.dir
 		// SIGQUIT is PostgreSQL's immediate shutdown: the postmaster takes
 		// its backends down with it.
-		cmd.SysProcAttr = procAttr(cred, syscall.SIGQUIT)
-		url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-		p, err := launchLogged(cmd, logPath, syscall.SIGINT) // SIGINT: fast shutdown
+		cmd.SysProcAttr = procAttr(c.cred, syscall.SIGQUIT)
+		p, err := launchLoggedAppend(cmd, logPath, syscall.SIGINT) // SIGINT: fast shutdown
 		if err != nil {
-			os.RemoveAll(dir)
-			return running{}, fmt.Errorf("%s: %w", postgres, err)
+			return fmt.Errorf("%s: %w", c.postgres, err)
 		}
+		url := c.url()
 		err = p.waitReady(postgresStartTimeout, func(ctx context.Context) error { return pingPostgresCtx(ctx, url) })
 		if err == nil {
-			return running{
-				srv:  server{addr: url, tier: tierThrowaway, pid: p.pid(), dir: dir},
-				stop: func() error { return p.stopAndRemove(dir) },
-			}, nil
+			c.p = p
+			return nil
 		}
 		p.stop()
 		tail := logTail(logPath)
-		if attempt < 3 && strings.Contains(tail, "already in use") {
+		if !fixed && attempt < 3 && strings.Contains(tail, "already in use") {
+			c.port = 0
 			continue // lost the port to someone else between choosing and binding it
 		}
-		os.RemoveAll(dir)
-		return running{}, fmt.Errorf("%s on port %d: %v%s", postgres, port, err, tailSection("server log", tail))
+		return fmt.Errorf("%s on port %d: %v%s", c.postgres, c.port, err, tailSection("server log", tail))
 	}
 }
 
 func startRedisBinary() (running, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return running{}, errors.New("no redis-server on PATH")
-	}
-	dir, err := serverDir("redis", nil)
+	r, err := newRedisInstance()
 	if err != nil {
 		return running{}, err
 	}
-	logPath := filepath.Join(dir, "redis.log")
+	if err := r.start(); err != nil {
+		os.RemoveAll(r.dir)
+		return running{}, err
+	}
+	return running{
+		srv:  server{addr: r.addr(), tier: tierThrowaway, pid: r.p.pid(), dir: r.dir},
+		stop: func() error { return r.p.stopAndRemove(r.dir) },
+	}, nil
+}
+
+// redisInstance is a throwaway redis-server with no persistence: a restart
+// starts it empty, as a cache-configured server would.
+type redisInstance struct {
+	bin  string
+	dir  string
+	port int // chosen at the first start, kept across restarts
+	p    *proc
+}
+
+func newRedisInstance() (*redisInstance, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("no redis-server on PATH")
+	}
+	dir, err := serverDir("redis", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &redisInstance{bin: bin, dir: dir}, nil
+}
+
+func (r *redisInstance) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
+
+func (r *redisInstance) start() error {
+	logPath := filepath.Join(r.dir, "redis.log")
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			os.RemoveAll(dir)
-			return running{}, err
+		fixed := r.port != 0
+		if !fixed {
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			r.port = port
 		}
-		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no")
-		cmd.Dir = dir
+		cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", r.dir, "--daemonize", "no")
+		cmd.Dir = r.dir
 		cmd.SysProcAttr = procAttr(nil, syscall.SIGKILL)
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		p, err := launchLogged(cmd, logPath, syscall.SIGTERM)
+		p, err := launchLoggedAppend(cmd, logPath, syscall.SIGTERM)
 		if err != nil {
-			os.RemoveAll(dir)
-			return running{}, fmt.Errorf("%s: %w", bin, err)
+			return fmt.Errorf("%s: %w", r.bin, err)
 		}
+		addr := r.addr()
 		err = p.waitReady(redisStartTimeout, func(ctx context.Context) error { return pingRedisCtx(ctx, addr) })
 		if err == nil {
-			return running{
-				srv:  server{addr: addr, tier: tierThrowaway, pid: p.pid(), dir: dir},
-				stop: func() error { return p.stopAndRemove(dir) },
-			}, nil
+			r.p = p
+			return nil
 		}
 		p.stop()
 		tail := logTail(logPath)
-		if attempt < 3 && strings.Contains(tail, "already in use") {
+		if !fixed && attempt < 3 && strings.Contains(tail, "already in use") {
+			r.port = 0
 			continue
 		}
-		os.RemoveAll(dir)
-		return running{}, fmt.Errorf("%s on port %d: %v%s", bin, port, err, tailSection("server log", tail))
+		return fmt.Errorf("%s on port %d: %v%s", r.bin, r.port, err, tailSection("server log", tail))
 	}
 }
 
@@ -292,7 +359,17 @@ type proc struct {
 // the child, not to the process, so the goroutine that starts it stays locked
 // to its thread until the child has exited: that thread cannot end under it.
 func launchLogged(cmd *exec.Cmd, logPath string, stopSig syscall.Signal) (*proc, error) {
-	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	return launch(cmd, logPath, os.O_TRUNC, stopSig)
+}
+
+// launchLoggedAppend is launchLogged for a server that is restarted: its
+// log keeps what the earlier runs wrote.
+func launchLoggedAppend(cmd *exec.Cmd, logPath string, stopSig syscall.Signal) (*proc, error) {
+	return launch(cmd, logPath, os.O_APPEND, stopSig)
+}
+
+func launch(cmd *exec.Cmd, logPath string, mode int, stopSig syscall.Signal) (*proc, error) {
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|mode, 0o644)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,474 @@
+package faults
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"slices"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/core/lock"
+	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/testenv"
+	"github.com/baton-go/baton/locks/pg"
+	redislock "github.com/baton-go/baton/locks/redis"
+)
+
+// Outbox timings: a leader lock that a paused leader loses within two or
+// three seconds, and a walk that polls often.
+const (
+	outboxLockTTL    = 2 * time.Second
+	outboxLockMargin = 300 * time.Millisecond
+	outboxLockName   = "faults-outbox"
+	kindGranted      = "granted" // Token: a driver child became leader
+)
+
+var outboxLanes = []string{"a", "b", "c"}
+
+// producerMain enqueues for -for: transactions of one to three entries, one
+// in ten rolled back, each reported once its outcome is known.
+func producerMain(args []string) int {
+	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
+	url := fs.String("url", "", "PostgreSQL URL, search_path set to the outbox's schema")
+	name := fs.String("name", "", "child name")
+	report := fs.String("report", "", "collector address")
+	seedFlag := fs.Uint64("seed", 1, "seed")
+	run := fs.Duration("for", 5*time.Second, "how long to produce")
+	outside := fs.Bool("outside", false, "negative control: also write a rolled-back transaction's entries in a transaction of their own")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	rep := dialReporter(*report, *name)
+	defer rep.close()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, *url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer pool.Close()
+	rng := rand.New(rand.NewPCG(*seedFlag, 7))
+	rep.send(event{Kind: kindReady})
+	for end := time.Now().Add(*run); time.Now().Before(end); {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		var ids []outbox.ID
+		for range 1 + rng.IntN(3) {
+			id := outbox.NewID()
+			if err := postgres.Enqueue(ctx, tx, id, outboxLanes[rng.IntN(len(outboxLanes))], []byte(`{"n":1}`)); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			ids = append(ids, id)
+		}
+		if rng.IntN(10) == 0 {
+			if err := tx.Rollback(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			for _, id := range ids {
+				rep.send(event{Kind: kindRolled, ID: id.String()})
+			}
+			if *outside {
+				side, err := pool.Begin(ctx)
+				if err == nil {
+					for _, id := range ids {
+						_ = postgres.Enqueue(ctx, side, id, outboxLanes[0], []byte(`{"n":1}`))
+					}
+					_ = side.Commit(ctx)
+				}
+			}
+			continue
+		}
+		if err := tx.Commit(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for _, id := range ids {
+			rep.send(event{Kind: kindCommitted, ID: id.String()})
+		}
+	}
+	return 0
+}
+
+// driverMain runs an outbox driver whose processors report every delivery,
+// with the token of the leader lock this process holds, before answering
+// Delivered. SIGTERM stops it.
+func driverMain(args []string) int {
+	fs := flag.NewFlagSet("driver", flag.ContinueOnError)
+	url := fs.String("url", "", "PostgreSQL URL, search_path set to the outbox's schema")
+	name := fs.String("name", "", "child name")
+	report := fs.String("report", "", "collector address")
+	locks := fs.String("locks", "pg", "leader lock provider: pg or redis")
+	redisAddr := fs.String("redis", "", "Redis address for -locks redis")
+	namespace := fs.String("namespace", "", "lock namespace or key prefix")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	rep := dialReporter(*report, *name)
+	defer rep.close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	pool, err := pgxpool.New(context.Background(), *url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer pool.Close()
+
+	var provider lock.Provider
+	switch *locks {
+	case "pg":
+		provider, err = pg.New(pool, pg.Options{Namespace: *namespace, PingInterval: 100 * time.Millisecond})
+	case "redis":
+		client := goredis.NewClient(&goredis.Options{Addr: *redisAddr, MaxRetries: -1,
+			DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		defer client.Close()
+		provider, err = redislock.New(client, redislock.Options{Prefix: *namespace + ":", TTL: outboxLockTTL, SafetyMargin: outboxLockMargin})
+	default:
+		err = fmt.Errorf("unknown -locks %q", *locks)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tracked := &trackedLocks{Provider: provider, rep: rep}
+	store, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var procs []outbox.Processor
+	for _, lane := range outboxLanes {
+		procs = append(procs, outbox.ProcessorFunc{LaneName: lane, Func: func(ctx context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
+			out := make([]outbox.Outcome, len(run))
+			for i, e := range run {
+				if ctx.Err() != nil {
+					out[i] = outbox.Retry("not attempted")
+					continue
+				}
+				rep.send(event{Kind: kindDelivered, ID: e.ID.String(), XID: e.XID, Token: tracked.token.Load()})
+				out[i] = outbox.Delivered()
+			}
+			return out, nil
+		}})
+	}
+	d, err := outbox.New(outbox.Config{
+		Store: store, Locks: tracked, Processors: procs,
+		Notify:    func(context.Context, outbox.Notice) error { return nil },
+		BatchSize: 100, IdleDelay: 20 * time.Millisecond, ErrorDelay: 50 * time.Millisecond,
+		LeaderLockName: outboxLockName, LeaderWait: 200 * time.Millisecond, RetentionDisabled: true,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	rep.send(event{Kind: kindReady})
+	_ = d.Run(ctx)
+	return 0
+}
+
+// trackedLocks reports every leader lock this process is granted, and
+// keeps its token for the processors' reports.
+type trackedLocks struct {
+	lock.Provider
+	rep   *reporter
+	token atomic.Uint64
+}
+
+func (p *trackedLocks) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
+	l, err := p.Provider.Acquire(ctx, name, opts)
+	if err == nil {
+		p.token.Store(l.Token())
+		p.rep.send(event{Kind: kindGranted, Token: l.Token()})
+	}
+	return l, err
+}
+
+// TestOutbox_LeadersKilledAndPaused: eight producer children enqueue for a
+// few seconds, a tenth of their transactions rolled back, while three
+// driver children compete for the leader lock and the leader is killed or
+// paused past its lock's TTL in turn; first with PostgreSQL advisory locks,
+// then with Redis locks. Every committed entry is delivered, no rolled-back
+// one is, and first deliveries follow (xid, id) order.
+func TestOutbox_LeadersKilledAndPaused(t *testing.T) {
+	scenario(t)
+	pgsrv := testenv.StartPostgresServer(t)
+	for _, locks := range []string{"pg", "redis"} {
+		t.Run(locks, func(t *testing.T) {
+			var redisAddr string
+			if locks == "redis" {
+				redisAddr = testenv.StartRedisServer(t).Addr()
+			}
+			runOutboxScenario(t, pgsrv, locks, redisAddr)
+		})
+	}
+}
+
+func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redisAddr string) {
+	schema := "faults_outbox_" + locks
+	migrateSchema(t, pgsrv.URL(), schema)
+	url := pgsrv.URL() + "&search_path=" + schema
+	col := newCollector(t)
+	gone := map[string]int64{}
+
+	const slots = 3
+	drivers := make([]*testenv.Child, slots)
+	generation := make([]int, slots)
+	startDriver := func(i int) {
+		generation[i]++
+		name := fmt.Sprintf("d%d.%d", i, generation[i])
+		drivers[i] = testenv.StartChild(t, name, "driver", nil, "-url", url, "-name", name, "-report", col.addr(),
+			"-locks", locks, "-redis", redisAddr, "-namespace", schema)
+	}
+	for i := range slots {
+		startDriver(i)
+	}
+	const producers = 8
+	produce := 12 * time.Second
+	var prods []*testenv.Child
+	for i := range producers {
+		name := fmt.Sprintf("p%d", i)
+		args := []string{"-url", url, "-name", name, "-report", col.addr(), "-seed", fmt.Sprint(*seed*100 + uint64(i)), "-for", produce.String()}
+		if *negative {
+			args = append(args, "-outside")
+		}
+		prods = append(prods, testenv.StartChild(t, name, "producer", nil, args...))
+	}
+
+	// leaderNow is the driver granted the leader lock last, if alive.
+	leaderNow := func() string {
+		es := col.snapshot()
+		for i := len(es) - 1; i >= 0; i-- {
+			if e := es[i]; e.Kind == kindGranted {
+				if _, dead := gone[e.Child]; !dead {
+					return e.Child
+				}
+				return ""
+			}
+		}
+		return ""
+	}
+	slotOf := func(name string) int {
+		for i, c := range drivers {
+			if c.Name == name {
+				return i
+			}
+		}
+		return -1
+	}
+
+	kinds := []string{"kill", "pause", "kill", "pause"}
+	rng := rand.New(rand.NewPCG(*seed, 12))
+	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	started := time.Now()
+	for _, kind := range kinds {
+		var leader string
+		if !col.waitFor(10*time.Second, func([]event) bool { leader = leaderNow(); return leader != "" }) {
+			t.Fatalf("before %s: no driver leads", kind)
+		}
+		i := slotOf(leader)
+		c := drivers[i]
+		at := time.Now().UnixNano()
+		if kind == "kill" {
+			gone[c.Name] = at
+			c.Kill()
+			<-c.Exited()
+		} else {
+			c.Pause()
+		}
+		// A paused PostgreSQL session keeps its advisory lock: nobody can
+		// take over until it resumes.
+		expectTakeover := kind == "kill" || locks == "redis"
+		wait := 3 * outboxLockTTL
+		if !expectTakeover {
+			wait = outboxLockTTL + time.Second
+		}
+		var took int64
+		ok := col.waitFor(wait, func(es []event) bool {
+			for _, e := range es {
+				if e.Kind == kindGranted && e.Child != leader && e.At > at {
+					took = e.At
+					return true
+				}
+			}
+			return false
+		})
+		switch {
+		case ok:
+			t.Logf("figure outbox %-5s failover %-5s %v", locks, kind, time.Duration(took-at).Round(time.Millisecond))
+		case !expectTakeover:
+			t.Logf("figure outbox %-5s failover %-5s none: the paused session keeps its advisory lock until it resumes", locks, kind)
+		default:
+			t.Fatalf("%s of leader %s: no other driver was granted the lock within %v", kind, leader, wait)
+		}
+		if kind == "kill" {
+			startDriver(i)
+		} else {
+			c.Resume()
+		}
+		time.Sleep(time.Second)
+	}
+	for _, p := range prods {
+		if code, err := p.Wait(produce + 30*time.Second); err != nil || code != 0 {
+			t.Fatalf("producer %s: exit %d, %v\n%s", p.Name, code, err, p.Output())
+		}
+	}
+	producedAt := time.Now()
+
+	// Drain: wait until every committed entry has been delivered.
+	var lost []string
+	drained := col.waitFor(30*time.Second, func(es []event) bool {
+		lost = lostEntries(es)
+		return len(lost) == 0
+	})
+	if drained {
+		t.Logf("figure outbox %-5s drain after the last commit %v", locks, time.Since(producedAt).Round(time.Millisecond))
+	}
+	time.Sleep(200 * time.Millisecond) // late deliveries of rolled-back entries, if any
+	for _, c := range drivers {
+		gone[c.Name] = time.Now().UnixNano()
+		c.Kill()
+		<-c.Exited()
+	}
+	es := col.snapshot()
+	committed, deliveries, duplicates := outboxCounts(es)
+	t.Logf("figure outbox %-5s %d committed entries in %v, %d deliveries, %d duplicates",
+		locks, committed, time.Since(started).Round(time.Millisecond), deliveries, duplicates)
+
+	deposed := checkNoDeliveryByDeposedLeader(es)
+	t.Logf("figure outbox %-5s deliveries by a deposed leader %d", locks, len(deposed))
+	var v violations
+	for _, id := range lost {
+		v.add("lost: committed entry %s never delivered", id)
+	}
+	v = append(v, checkRolledBackNotDelivered(es)...)
+	v = append(v, checkFirstDeliveriesInOrder(es)...)
+	reportViolations(t, v)
+}
+
+// lostEntries lists the committed entries not delivered yet.
+func lostEntries(es []event) []string {
+	delivered := map[string]bool{}
+	for _, e := range es {
+		if e.Kind == kindDelivered {
+			delivered[e.ID] = true
+		}
+	}
+	var lost []string
+	for _, e := range es {
+		if e.Kind == kindCommitted && !delivered[e.ID] {
+			lost = append(lost, e.ID)
+		}
+	}
+	return lost
+}
+
+func outboxCounts(es []event) (committed, deliveries, duplicates int) {
+	seen := map[string]bool{}
+	for _, e := range es {
+		switch e.Kind {
+		case kindCommitted:
+			committed++
+		case kindDelivered:
+			deliveries++
+			if seen[e.ID] {
+				duplicates++
+			}
+			seen[e.ID] = true
+		}
+	}
+	return committed, deliveries, duplicates
+}
+
+// checkRolledBackNotDelivered: an entry whose transaction rolled back never
+// reaches a processor.
+func checkRolledBackNotDelivered(es []event) violations {
+	rolled := map[string]bool{}
+	for _, e := range es {
+		if e.Kind == kindRolled {
+			rolled[e.ID] = true
+		}
+	}
+	var v violations
+	for _, e := range es {
+		if e.Kind == kindDelivered && rolled[e.ID] {
+			v.add("rolled-back entry %s delivered by %s", e.ID, e.Child)
+			rolled[e.ID] = false
+		}
+	}
+	return v
+}
+
+// checkFirstDeliveriesInOrder: taken in the order they happened, the first
+// delivery of each entry follows the walk's (xid, id) order. Redeliveries
+// after a takeover may repeat entries; they never reorder new ones.
+func checkFirstDeliveriesInOrder(es []event) violations {
+	var firsts []event
+	seen := map[string]bool{}
+	for _, e := range es {
+		if e.Kind == kindDelivered && !seen[e.ID] {
+			seen[e.ID] = true
+			firsts = append(firsts, e)
+		}
+	}
+	slices.SortStableFunc(firsts, func(a, b event) int { return int(a.At - b.At) })
+	var v violations
+	var prev outbox.Cursor
+	for _, e := range firsts {
+		id, err := outbox.ParseID(e.ID)
+		if err != nil {
+			v.add("delivery of a malformed id %q", e.ID)
+			continue
+		}
+		cur := outbox.Cursor{XID: e.XID, ID: id}
+		if cur.Compare(prev) < 0 {
+			v.add("entry %s (xid %d) first delivered by %s after entry %s (xid %d)", e.ID, e.XID, e.Child, prev.ID, prev.XID)
+		}
+		prev = cur
+	}
+	return v
+}
+
+// checkNoDeliveryByDeposedLeader: no delivery is made under a lock token
+// lower than one already granted to another process.
+func checkNoDeliveryByDeposedLeader(es []event) violations {
+	type grant struct {
+		child string
+		token uint64
+		at    int64
+	}
+	var grants []grant
+	for _, e := range es {
+		if e.Kind == kindGranted {
+			grants = append(grants, grant{e.Child, e.Token, e.At})
+		}
+	}
+	var v violations
+	for _, e := range es {
+		if e.Kind != kindDelivered {
+			continue
+		}
+		for _, g := range grants {
+			if g.child != e.Child && g.token > e.Token && g.at < e.At {
+				v.add("entry %s delivered by %s under token %d, %v after %s was granted token %d",
+					e.ID, e.Child, e.Token, time.Duration(e.At-g.at).Round(time.Millisecond), g.child, g.token)
+				break
+			}
+		}
+	}
+	return v
+}
