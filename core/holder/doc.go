@@ -62,6 +62,22 @@
 // a wildcard host with a non-loopback IPv4 address; an explicit address wins
 // for NAT, proxies and TLS between nodes.
 //
+// # Peers
+//
+// The holder address comes from the lease table, and whoever can write that
+// table chooses where clients' requests go. Every forward is therefore
+// checked against Options.Peers (or Options.AllowPeer) first; an address
+// outside it is answered 503, logged as an error, and sent nothing.
+// Loopback and link-local addresses must be named explicitly, and the
+// default transport checks the address a host name resolves to as well.
+// Options.StripCredentials removes Authorization and Cookie from forwarded
+// requests; TLS between instances (an https address and a Transport that
+// verifies the peer) keeps them off the wire in clear.
+//
+// The client's X-Forwarded-Host, X-Forwarded-Proto and Forwarded headers
+// are replaced by the proxy's own unless Options.TrustForwardedHeaders says
+// an ingress in front of every instance set them.
+//
 // Install the middleware before authentication and routing, so that a
 // non-holder never starts local work for a request it forwards. When the
 // ingress can route to the holder directly, remove this proxy rather than

@@ -2,6 +2,7 @@ package holder
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -211,13 +212,18 @@ func (f *forwarder) dispatch(w http.ResponseWriter, r *http.Request, next http.H
 		f.unavailable(w, r, role, "the holder snapshot names this instance, which does not hold the lease (failover in progress)")
 		return
 	}
+	if err := f.cfg.peers.check(target); err != nil {
+		f.refusePeer(w, r, role, target, err)
+		return
+	}
 	f.log.Debug("holder proxy: forwarding", "role", role, "holder", target.String(), "path", r.URL.Path)
 	ctx := context.WithValue(r.Context(), routeKey{}, &route{target: target, role: role})
 	f.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // rewrite makes the outbound request: to the holder, with the same path and
-// query, hop-by-hop headers already stripped by ReverseProxy, the loop guard
+// query, hop-by-hop headers already stripped by ReverseProxy (which also
+// removed the inbound Forwarded and X-Forwarded-* headers), the loop guard
 // set and the X-Forwarded-* headers describing the original request.
 func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(routeKey{}).(*route)
@@ -228,12 +234,18 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header["X-Forwarded-For"] = slices.Clone(prior)
 	}
 	pr.SetXForwarded()
-	// Host and scheme describe the client's request; an ingress in front
-	// of us knows them better than this hop does.
-	for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
-		if v := pr.In.Header.Values(h); len(v) > 0 {
-			pr.Out.Header[h] = slices.Clone(v)
+	if f.cfg.trustFwd {
+		// An ingress in front of every instance set these, and knows the
+		// client's host and scheme better than this hop does.
+		for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
+			if v := pr.In.Header.Values(h); len(v) > 0 {
+				pr.Out.Header[h] = slices.Clone(v)
+			}
 		}
+	}
+	if f.cfg.strip {
+		pr.Out.Header.Del("Authorization")
+		pr.Out.Header.Del("Cookie")
 	}
 	pr.Out.Header.Set(LoopGuardHeader, f.cfg.guard)
 }
@@ -245,11 +257,25 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, err error
 	if rt != nil {
 		role, holder = rt.role, rt.target.String()
 	}
+	if errors.Is(err, errNotPeer) {
+		// A host name in Peers resolved to an address the policy refuses.
+		f.refusePeer(w, r, role, rt.target, err)
+		return
+	}
 	if r.Context().Err() != nil {
 		// The client went away; nobody reads the answer.
 		f.log.Debug("holder proxy: client gone while forwarding", "role", role, "holder", holder, "err", err)
 	}
 	f.unavailable(w, r, role, "the holder is unreachable", "holder", holder, "err", err)
+}
+
+// refusePeer answers 503 for a holder address outside Options.Peers. It is
+// logged as an error: either the peer list misses an instance, or someone
+// wrote a lease row to receive the clients' requests.
+func (f *forwarder) refusePeer(w http.ResponseWriter, r *http.Request, role string, target *url.URL, err error) {
+	f.log.Error("holder proxy: the holder's address is not an allowed peer; nothing was forwarded",
+		"role", role, "holder", target.String(), "path", r.URL.Path, "err", err)
+	f.answer503(w, role, "the holder's address is not an allowed peer")
 }
 
 // unavailable answers 503 with Retry-After. It never retries: see the
@@ -258,6 +284,10 @@ func (f *forwarder) unavailable(w http.ResponseWriter, r *http.Request, role, re
 	if r.Context().Err() == nil {
 		f.log.Warn("holder proxy: "+reason, append([]any{"role", role, "path", r.URL.Path}, attrs...)...)
 	}
+	f.answer503(w, role, reason)
+}
+
+func (f *forwarder) answer503(w http.ResponseWriter, role, reason string) {
 	h := w.Header()
 	h.Set("Retry-After", f.cfg.retryAfter)
 	h.Set("Cache-Control", "no-store")

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -51,6 +52,7 @@ const (
 	envEngineToken      = "GRAPH_ENGINE_TOKEN"
 	envAdminToken       = "PROFILES_ADMIN_TOKEN"
 	envAdvertise        = "PROFILES_ADVERTISE"
+	envPeers            = "PROFILES_PEERS"
 	envInstanceID       = "PROFILES_INSTANCE_ID"
 	envMaintenanceEvery = "PROFILES_MAINTENANCE_EVERY"
 )
@@ -59,6 +61,8 @@ const (
 	defaultListen           = "127.0.0.1:8080"
 	defaultDatabaseURL      = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	defaultMaintenanceEvery = 10 * time.Second
+	// defaultPeers suits copies on one machine, as the README starts them.
+	defaultPeers = "127.0.0.1,::1"
 )
 
 // parseConfig reads the flags, with defaults from the environment.
@@ -92,12 +96,21 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		"bearer token for /admin/outbox/; empty turns the admin API off [$"+envAdminToken+"]")
 	fs.StringVar(&cfg.Advertise, "advertise", getenv(envAdvertise),
 		"address other instances reach this one at, e.g. https://app-03.internal:8443; empty derives it from -listen [$"+envAdvertise+"]")
+	var peers string
+	fs.StringVar(&peers, "peers", or(envPeers, defaultPeers),
+		"comma-separated IP addresses, CIDR prefixes or host names of the other instances: the only addresses "+
+			"/maintenance is forwarded to (loopback must be named) [$"+envPeers+"]")
 	fs.StringVar(&cfg.InstanceID, "instance-id", getenv(envInstanceID),
 		"this instance's name in the lease table; empty is the host name plus a random suffix [$"+envInstanceID+"]")
 	fs.DurationVar(&cfg.MaintenanceEvery, "maintenance-every", every,
 		"pause between maintenance cycles [$"+envMaintenanceEvery+"]")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
+	}
+	for _, p := range strings.Split(peers, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			cfg.Peers = append(cfg.Peers, p)
+		}
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q; every setting is a flag", fs.Args())

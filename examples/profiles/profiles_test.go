@@ -86,6 +86,7 @@ func startInstance(t *testing.T, name, dbURL, engineURL string) *instance {
 		DatabaseURL:      dbURL,
 		EngineURL:        engineURL,
 		AdminToken:       adminToken,
+		Peers:            []string{"127.0.0.1"},
 		InstanceID:       name,
 		MaintenanceEvery: 50 * time.Millisecond,
 		LeaseDuration:    leaseDuration,

@@ -37,6 +37,7 @@ type config struct {
 	EngineToken      string
 	AdminToken       string // "" turns the admin API off
 	Advertise        string
+	Peers            []string // where the holder proxy may forward
 	InstanceID       string
 	MaintenanceEvery time.Duration
 
@@ -198,7 +199,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	proxy, err := holder.RoleProxy(mgr.Registry(), maintenanceRole, holder.Options{Self: self, Logger: log}, "/maintenance")
+	proxy, err := holder.RoleProxy(mgr.Registry(), maintenanceRole, holder.Options{Self: self, Peers: cfg.Peers, Logger: log}, "/maintenance")
 	if err != nil {
 		return err
 	}
