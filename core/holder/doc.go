@@ -15,10 +15,13 @@
 //   - otherwise the request is forwarded, at most one hop, to the holder's
 //     advertised address (Lease.CurrentHolderAddress), and the holder's
 //     response, streaming included, is relayed unbuffered;
-//   - the lease (or partition set) is not registered in the Registry: the
-//     request passes through to the next handler, so that single-instance
-//     development needs no lease store. The lookup is made at request time,
-//     so a lease registered after the middleware was built is honoured.
+//   - the lease (or partition set) is not registered in the Registry: 503,
+//     or, with Options.PassThroughUnregistered (single-instance development
+//     without a lease store), the next handler runs locally. A name that is
+//     not registered when the middleware is built is logged at error level,
+//     since it is often a misspelling that would otherwise run the role's
+//     handlers everywhere. The lookup is made at request time, so a lease
+//     registered after the middleware was built is honoured.
 //
 // Requests outside the prefixes always pass through untouched.
 //

@@ -75,6 +75,13 @@ type Options struct {
 	// X-Forwarded-Proto from the request it received and drops Forwarded.
 	TrustForwardedHeaders bool
 
+	// PassThroughUnregistered runs covered requests locally while the role
+	// (or partition set) is not registered in the registry: for a
+	// single-instance deployment without a lease store. Without it such a
+	// request is answered 503, so that a misspelled role name cannot make
+	// every instance run the role's handlers.
+	PassThroughUnregistered bool
+
 	// Transport sends forwarded requests. nil means a clone of
 	// http.DefaultTransport with DialTimeout and ResponseHeaderTimeout
 	// applied, no HTTP(S)_PROXY from the environment (instances talk to
@@ -109,15 +116,16 @@ func invalid(format string, args ...any) error {
 
 // resolved is Options after validation and defaults.
 type resolved struct {
-	transport  http.RoundTripper
-	retryAfter string // header value, whole seconds
-	self       string // addressKey of Options.Self; "" when unknown
-	guard      string // LoopGuardHeader value
-	log        *slog.Logger
-	prefixes   []string
-	peers      *peerPolicy
-	strip      bool // Options.StripCredentials
-	trustFwd   bool // Options.TrustForwardedHeaders
+	transport   http.RoundTripper
+	retryAfter  string // header value, whole seconds
+	self        string // addressKey of Options.Self; "" when unknown
+	guard       string // LoopGuardHeader value
+	log         *slog.Logger
+	prefixes    []string
+	peers       *peerPolicy
+	strip       bool // Options.StripCredentials
+	trustFwd    bool // Options.TrustForwardedHeaders
+	passThrough bool // Options.PassThroughUnregistered
 }
 
 func (o Options) resolve(prefixes []string) (*resolved, error) {
@@ -141,7 +149,7 @@ func (o Options) resolve(prefixes []string) (*resolved, error) {
 		return nil, err
 	}
 	r := &resolved{prefixes: ps, log: o.Logger, peers: peers,
-		strip: o.StripCredentials, trustFwd: o.TrustForwardedHeaders}
+		strip: o.StripCredentials, trustFwd: o.TrustForwardedHeaders, passThrough: o.PassThroughUnregistered}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}

@@ -16,7 +16,10 @@ import (
 // RoleProxy returns middleware that runs requests under prefixes on the
 // holder of role and forwards them there from every other instance (see the
 // package documentation for the full behaviour). The lease is looked up in
-// reg per request; while role is not registered, everything passes through.
+// reg per request; while role is not registered, covered requests are
+// answered 503, or run locally with Options.PassThroughUnregistered. A role
+// not registered when RoleProxy is called is logged at error level (or, with
+// the pass-through, as a warning): it is often a misspelled name.
 //
 // It reports ErrInvalidConfig for a nil reg, an invalid role name, no
 // prefixes, a prefix that is not a clean absolute path, or bad Options.
@@ -34,6 +37,8 @@ func RoleProxy(reg *lease.Registry, role string, opts Options, prefixes ...strin
 	rp := &roleProxy{f: f, reg: reg, role: role}
 	if _, ok := reg.Lease(role); ok {
 		rp.seen.Store(true)
+	} else {
+		f.startupUnregistered("role", role)
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +67,7 @@ func (p *roleProxy) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 			p.f.unavailable(w, r, p.role, "the lease was closed on this instance")
 			return
 		}
-		next.ServeHTTP(w, r)
+		p.f.unregistered(w, r, next, p.role)
 		return
 	}
 	p.seen.Store(true)
@@ -73,7 +78,8 @@ func (p *roleProxy) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 // partition (lease.Partition.Resolve) and the request goes to that
 // partition's holder. A request for which key reports false or an empty key
 // is answered 400 Bad Request and never forwarded. While no partition set
-// called partition is registered in reg, everything passes through.
+// called partition is registered in reg, covered requests are answered 503,
+// or run locally with Options.PassThroughUnregistered.
 //
 // key runs on every covered request, before any body is read; it should
 // only look at the path, query or headers.
@@ -106,6 +112,9 @@ func newPartitionProxy(reg *lease.Registry, partition, scope string, scoped bool
 		return nil, err
 	}
 	pp := &partitionProxy{f: f, reg: reg, name: partition, scope: scope, scoped: scoped, key: key}
+	if _, ok := reg.Partition(partition); !ok {
+		f.startupUnregistered("partition set", partition)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !f.cfg.covers(r.URL.Path) {
@@ -129,7 +138,7 @@ type partitionProxy struct {
 func (p *partitionProxy) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	part, ok := p.reg.Partition(p.name)
 	if !ok {
-		next.ServeHTTP(w, r)
+		p.f.unregistered(w, r, next, p.name)
 		return
 	}
 	k, ok := p.key(r)
@@ -186,6 +195,29 @@ func newForwarder(opts Options, prefixes []string) (*forwarder, error) {
 		ErrorLog:      slog.NewLogLogger(cfg.log.Handler(), slog.LevelWarn),
 	}
 	return f, nil
+}
+
+// startupUnregistered logs, when a proxy is built, that what it routes by
+// is not registered: loudly unless the pass-through was asked for, since a
+// misspelled name would otherwise go unnoticed until requests fail.
+func (f *forwarder) startupUnregistered(kind, name string) {
+	if f.cfg.passThrough {
+		f.log.Warn("holder proxy: the "+kind+" is not registered; with PassThroughUnregistered its requests run locally "+
+			"on this instance until it is (meant for a single instance without a lease store)", kind, name)
+		return
+	}
+	f.log.Error("holder proxy: the "+kind+" is not registered in the registry; its requests are answered 503 until it is. "+
+		"Is the name misspelled? A single instance without a lease store sets Options.PassThroughUnregistered", kind, name)
+}
+
+// unregistered handles a covered request while the role or partition set
+// is not registered.
+func (f *forwarder) unregistered(w http.ResponseWriter, r *http.Request, next http.Handler, name string) {
+	if f.cfg.passThrough {
+		next.ServeHTTP(w, r)
+		return
+	}
+	f.unavailable(w, r, name, "it is not registered on this instance")
 }
 
 // dispatch runs the request locally, forwards it, or answers 503.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -365,12 +366,17 @@ func TestRoleProxy_TransportErrorIs503(t *testing.T) {
 	}
 }
 
-func TestRoleProxy_UnregisteredLeasePassesThrough(t *testing.T) {
+func TestRoleProxy_UnregisteredLeasePassesThroughWhenAskedTo(t *testing.T) {
 	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers}, "/maintenance")
+	logs := &recordingHandler{}
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, PassThroughUnregistered: true,
+		Logger: slog.New(logs)}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := logs.find(slog.LevelWarn, "not registered"); !ok {
+		t.Errorf("the pass-through of an unregistered role was not logged at startup")
 	}
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	if rec := serve(h, "GET", "/maintenance/x", nil); rec.Code != http.StatusTeapot {
@@ -505,10 +511,10 @@ func TestPartitionProxy_ForwardsToThePartitionsHolder(t *testing.T) {
 	}
 }
 
-func TestPartitionProxy_UnregisteredPartitionPassesThrough(t *testing.T) {
+func TestPartitionProxy_UnregisteredPartitionPassesThroughWhenAskedTo(t *testing.T) {
 	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
-	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{Peers: testPeers}, "/device-api")
+	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{Peers: testPeers, PassThroughUnregistered: true}, "/device-api")
 	if err != nil {
 		t.Fatal(err)
 	}
