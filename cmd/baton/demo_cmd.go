@@ -64,7 +64,8 @@ the demo cleanly.`,
 				}
 			}
 			if pgURL != "" && !strings.Contains(pgURL, "://") && !strings.Contains(pgURL, "=") {
-				return usagef("--postgres %q: want a URL such as postgres://user@host:5432/db", pgURL)
+				// The value is not shown: it may be a password pasted in the wrong place.
+				return usagef("--postgres: want a URL such as postgres://user@host:5432/db, or keywords such as \"host=db dbname=app\"")
 			}
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			opts := demoOptions{Postgres: pgURL, Redis: redisAddr, Keep: keep, Seed: seed}
