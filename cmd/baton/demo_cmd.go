@@ -72,7 +72,14 @@ the demo cleanly.`,
 			if asJSON {
 				opts.Out = stderr // the narrative; the result goes to stdout
 			} else {
-				opts.Out, opts.TTY = stdout, isTerminal(stdout)
+				// On a terminal the progress line is redrawn with escape
+				// sequences of the demo's own: the ui writes to the terminal
+				// itself and neutralises the text it is given.
+				if raw := unwrapWriter(stdout); isTerminal(raw) {
+					opts.Out, opts.TTY = raw, true
+				} else {
+					opts.Out = stdout
+				}
 			}
 			if verbose {
 				opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
