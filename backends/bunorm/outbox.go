@@ -56,7 +56,7 @@ func enqueue(ctx context.Context, db bun.IDB, table, dead schema.QueryAppender, 
 	if db == nil {
 		return errors.New("baton/bunorm: outbox enqueue: the database handle is nil; enqueue inside the transaction that makes the change")
 	}
-	res, err := db.NewRaw(enqueueSQL, table, dead, UUID(id), lane, string(payload)).Exec(ctx)
+	res, err := db.NewRaw(enqueueSQL, table, dead, UUID(id), escapedText(lane), escapedText(payload)).Exec(ctx)
 	if err != nil {
 		return mapError(areaOutbox, "enqueue", err)
 	}
@@ -103,13 +103,17 @@ type OutboxStore struct {
 var _ outbox.Store = (*OutboxStore)(nil)
 
 // NewOutboxStore returns an OutboxStore over db (normally the *bun.DB), or
-// an error naming the first invalid option. It sends nothing; run
-// CreateSchema first.
-func NewOutboxStore(db bun.IDB, opts OutboxStoreOptions) (*OutboxStore, error) {
+// an error naming the first invalid option. It asks the database one
+// thing, standard_conforming_strings, and refuses a session without it
+// (ErrNonStandardStrings); run CreateSchema first.
+func NewOutboxStore(ctx context.Context, db bun.IDB, opts OutboxStoreOptions) (*OutboxStore, error) {
 	if db == nil {
 		return nil, errors.New("baton/bunorm: NewOutboxStore: the database handle is nil")
 	}
 	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkSession(ctx, db, "NewOutboxStore"); err != nil {
 		return nil, err
 	}
 	return &OutboxStore{
