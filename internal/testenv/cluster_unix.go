@@ -91,4 +91,3 @@ func RedisCluster(t testing.TB) *RedisClusterEnv {
 	}
 	return &RedisClusterEnv{Addr: addr, Client: client}
 }
-
