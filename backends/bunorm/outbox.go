@@ -160,17 +160,34 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 		return nil, fmt.Errorf("baton/bunorm: outbox scan: the limit is %d; it must be at least 1", limit)
 	}
 	xid, id := outbox.CursorState(after)
-	var rows []entryRow
-	if err := s.db.NewRaw(outboxScanSQL, s.t, xid, id, limit).Scan(ctx, &rows); err != nil {
+	// Row by row, so that reading stops once the payloads taken fill the
+	// byte budget (outbox.ScanHasRoom); the driver discards the rest.
+	rows, err := s.db.QueryContext(ctx, outboxScanSQL, s.t, xid, id, limit)
+	if err != nil {
 		return nil, mapError(areaOutbox, "scan", err)
 	}
-	entries := make([]outbox.Entry, len(rows))
-	for i, r := range rows {
+	defer rows.Close()
+	var (
+		entries []outbox.Entry
+		taken   int
+	)
+	for outbox.ScanHasRoom(taken) && rows.Next() {
+		var r entryRow
+		if err := rows.Scan(&r.XID, &r.ID, &r.Lane, &r.Payload, &r.CreatedAt); err != nil {
+			return nil, mapError(areaOutbox, "scan", err)
+		}
 		x, err := strconv.ParseUint(r.XID, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("baton/bunorm: outbox scan: xid %q: %w", r.XID, err)
 		}
-		entries[i] = outbox.Entry{XID: x, ID: outbox.ID(r.ID), Lane: r.Lane, Payload: r.Payload, CreatedAt: r.CreatedAt}
+		entries = append(entries, outbox.Entry{XID: x, ID: outbox.ID(r.ID), Lane: r.Lane, Payload: r.Payload, CreatedAt: r.CreatedAt})
+		taken += len(r.Payload)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, mapError(areaOutbox, "scan", err)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapError(areaOutbox, "scan", err)
 	}
 	return entries, nil
 }
