@@ -289,7 +289,7 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, err error
 	if rt != nil {
 		role, holder = rt.role, rt.target.String()
 	}
-	if errors.Is(err, errNotPeer) {
+	if rt != nil && errors.Is(err, errNotPeer) {
 		// A host name in Peers resolved to an address the policy refuses.
 		f.refusePeer(w, r, role, rt.target, err)
 		return
