@@ -85,10 +85,11 @@ const (
 // EntriesOfOneTransactionComeOutInIDOrder,
 // TransactionsComeOutInXIDOrderNotCommitOrder,
 // TransactionWithoutWritesHoldsNothingBack, RolledBackEntriesNeverAppear,
-// ConcurrentProducersAreWalkedWithoutGaps, ScanHonoursCursorAndLimit.
+// ConcurrentProducersAreWalkedWithoutGaps, ScanHonoursCursorAndLimit,
+// ScanStopsAtTheByteBudget.
 //
-// Producer: EnqueueRejectsInvalidEntries, EnqueueRejectsDuplicateIDs,
-// TransactionIsDoneAfterCommitOrRollback.
+// Producer: EnqueueRejectsInvalidEntries, EnqueueRejectsOversizedPayloads,
+// EnqueueRejectsDuplicateIDs, TransactionIsDoneAfterCommitOrRollback.
 //
 // Settlement: SettleIsCompareAndSet, StaleSettleLoses,
 // CursorNeverGoesBackwards, ConcurrentFirstSettlesOneWins,
@@ -148,6 +149,8 @@ func RunOutboxStore(t *testing.T, factory func(t *testing.T) OutboxHarness, feat
 		{"DeleteDeliveredHonoursTheWindow", s.deleteDeliveredWindow},
 		{"DeleteRequeuedKeepsUnreplayedDeadLetters", s.deleteRequeued},
 		{"InvalidArgumentsAreErrors", s.invalidArguments},
+		{"EnqueueRejectsOversizedPayloads", s.oversizedPayloads},
+		{"ScanStopsAtTheByteBudget", s.scanByteBudget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

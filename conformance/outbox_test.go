@@ -19,11 +19,15 @@ import (
 
 const brokenOutboxEnv = "BATON_CONFORMANCE_BROKEN_OUTBOX"
 
-var brokenOutboxStores = map[string]struct {
+// brokenOutboxStore is one defect, the subtests that must catch it and
+// some that must still pass.
+type brokenOutboxStore struct {
 	wrap       func(*memory.OutboxStore) conformance.OutboxHarness
 	mustCatch  []string
 	mustPassAt []string
-}{
+}
+
+var brokenOutboxStores = map[string]brokenOutboxStore{
 	"settle-without-compare-and-set": {
 		wrap: func(st *memory.OutboxStore) conformance.OutboxHarness {
 			return conformance.OutboxHarness{Store: settleBlindly{st}, Producer: memoryProducer(st)}

@@ -47,7 +47,9 @@ type ProcessorConfig struct {
 	Timeout time.Duration
 	// BodyExcerpt is how many bytes of a refused request's response body go
 	// into the park or retry reason (default DefaultBodyExcerpt, at most
-	// MaxBodyExcerpt).
+	// MaxBodyExcerpt). The excerpt is made one line with its control
+	// characters escaped ("\u001b"), so a control byte of the body takes
+	// six bytes of the reason.
 	BodyExcerpt int
 	// MaxRetryAfter caps the pause a 429 or 503 Retry-After asks for
 	// (default DefaultMaxRetryAfter).

@@ -180,6 +180,26 @@ func TestProcessor_ParksOn409WithBodyExcerpt(t *testing.T) {
 	}
 }
 
+func TestProcessor_ReasonExcerptHoldsNoControlCharacters(t *testing.T) {
+	e := graphtest.New(t)
+	initP, _ := processors(t, e)
+	// An engine's error body, quoted into the reason that a dead letter
+	// keeps and the CLI and admin API show.
+	body := "conflict \x1b]0;pwned\x07\x1b[2J\r\x00OK\u009b31m\x7f\u202etxt"
+	e.Inject(graphtest.PathInit, graphtest.Fault{Status: 409, Body: body})
+
+	o := deliverOne(t, initP, initEntry(t, "d1"))
+	wantKind(t, o, outbox.KindPark)
+	for i, r := range o.Reason {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x202e {
+			t.Fatalf("reason %q holds the control character %U at byte %d", o.Reason, r, i)
+		}
+	}
+	if !strings.Contains(o.Reason, `conflict \u001b]0;pwned`) {
+		t.Errorf("reason %q does not show the body's text, escaped", o.Reason)
+	}
+}
+
 func TestProcessor_ParksOn400(t *testing.T) {
 	e := graphtest.New(t)
 	_, metaP := processors(t, e)

@@ -56,7 +56,7 @@ func enqueue(ctx context.Context, db bun.IDB, table, dead schema.QueryAppender, 
 	if db == nil {
 		return errors.New("baton/bunorm: outbox enqueue: the database handle is nil; enqueue inside the transaction that makes the change")
 	}
-	res, err := db.NewRaw(enqueueSQL, table, dead, UUID(id), lane, string(payload)).Exec(ctx)
+	res, err := db.NewRaw(enqueueSQL, table, dead, UUID(id), escapedText(lane), escapedText(payload)).Exec(ctx)
 	if err != nil {
 		return mapError(areaOutbox, "enqueue", err)
 	}
@@ -103,13 +103,17 @@ type OutboxStore struct {
 var _ outbox.Store = (*OutboxStore)(nil)
 
 // NewOutboxStore returns an OutboxStore over db (normally the *bun.DB), or
-// an error naming the first invalid option. It sends nothing; run
-// CreateSchema first.
-func NewOutboxStore(db bun.IDB, opts OutboxStoreOptions) (*OutboxStore, error) {
+// an error naming the first invalid option. It asks the database one
+// thing, standard_conforming_strings, and refuses a session without it
+// (ErrNonStandardStrings); run CreateSchema first.
+func NewOutboxStore(ctx context.Context, db bun.IDB, opts OutboxStoreOptions) (*OutboxStore, error) {
 	if db == nil {
 		return nil, errors.New("baton/bunorm: NewOutboxStore: the database handle is nil")
 	}
 	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkSession(ctx, db, "NewOutboxStore"); err != nil {
 		return nil, err
 	}
 	return &OutboxStore{
@@ -156,17 +160,34 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 		return nil, fmt.Errorf("baton/bunorm: outbox scan: the limit is %d; it must be at least 1", limit)
 	}
 	xid, id := outbox.CursorState(after)
-	var rows []entryRow
-	if err := s.db.NewRaw(outboxScanSQL, s.t, xid, id, limit).Scan(ctx, &rows); err != nil {
+	// Row by row, so that reading stops once the payloads taken fill the
+	// byte budget (outbox.ScanHasRoom); the driver discards the rest.
+	rows, err := s.db.QueryContext(ctx, outboxScanSQL, s.t, xid, id, limit)
+	if err != nil {
 		return nil, mapError(areaOutbox, "scan", err)
 	}
-	entries := make([]outbox.Entry, len(rows))
-	for i, r := range rows {
+	defer rows.Close()
+	var (
+		entries []outbox.Entry
+		taken   int
+	)
+	for outbox.ScanHasRoom(taken) && rows.Next() {
+		var r entryRow
+		if err := rows.Scan(&r.XID, &r.ID, &r.Lane, &r.Payload, &r.CreatedAt); err != nil {
+			return nil, mapError(areaOutbox, "scan", err)
+		}
 		x, err := strconv.ParseUint(r.XID, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("baton/bunorm: outbox scan: xid %q: %w", r.XID, err)
 		}
-		entries[i] = outbox.Entry{XID: x, ID: outbox.ID(r.ID), Lane: r.Lane, Payload: r.Payload, CreatedAt: r.CreatedAt}
+		entries = append(entries, outbox.Entry{XID: x, ID: outbox.ID(r.ID), Lane: r.Lane, Payload: r.Payload, CreatedAt: r.CreatedAt})
+		taken += len(r.Payload)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, mapError(areaOutbox, "scan", err)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapError(areaOutbox, "scan", err)
 	}
 	return entries, nil
 }

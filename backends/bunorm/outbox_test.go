@@ -13,7 +13,7 @@ import (
 
 func mustOutboxStore(t testing.TB, db bun.IDB, opts OutboxStoreOptions) *OutboxStore {
 	t.Helper()
-	st, err := NewOutboxStore(db, opts)
+	st, err := NewOutboxStore(context.Background(), db, opts)
 	if err != nil {
 		t.Fatalf("NewOutboxStore: %v", err)
 	}

@@ -59,12 +59,17 @@ type ProjectionStore struct {
 var _ projection.Store = (*ProjectionStore)(nil)
 
 // NewProjectionStore returns a ProjectionStore over db, or an error naming
-// the first invalid option. It sends nothing; run CreateSchema first.
-func NewProjectionStore(db bun.IDB, opts ProjectionStoreOptions) (*ProjectionStore, error) {
+// the first invalid option. It asks the database one thing,
+// standard_conforming_strings, and refuses a session without it
+// (ErrNonStandardStrings); run CreateSchema first.
+func NewProjectionStore(ctx context.Context, db bun.IDB, opts ProjectionStoreOptions) (*ProjectionStore, error) {
 	if db == nil {
 		return nil, errors.New("baton/bunorm: NewProjectionStore: the database handle is nil")
 	}
 	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkSession(ctx, db, "NewProjectionStore"); err != nil {
 		return nil, err
 	}
 	prefix := quoteName(ProjectionHeaderTable)

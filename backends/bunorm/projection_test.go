@@ -1,6 +1,7 @@
 package bunorm
 
 import (
+	"context"
 	"testing"
 
 	"github.com/uptrace/bun"
@@ -10,7 +11,7 @@ import (
 
 func mustProjectionStore(t testing.TB, db bun.IDB, opts ProjectionStoreOptions) *ProjectionStore {
 	t.Helper()
-	st, err := NewProjectionStore(db, opts)
+	st, err := NewProjectionStore(context.Background(), db, opts)
 	if err != nil {
 		t.Fatalf("NewProjectionStore: %v", err)
 	}

@@ -98,19 +98,19 @@ func TestEnqueue_InvalidEntryWritesNothingAndLeavesTheTransactionUsable(t *testi
 func TestNewStores_RejectInvalidOptionsNamingTheField(t *testing.T) {
 	db := offlineDB(t)
 	for what, err := range map[string]error{
-		"LeaseStoreOptions.Channel":     errOf(NewLeaseStore(db, LeaseStoreOptions{Channel: `a"b`})),
-		"LeaseStoreOptions.Schema":      errOf(NewLeaseStore(db, LeaseStoreOptions{Schema: "pg_x"})),
-		"OutboxStoreOptions.Schema":     errOf(NewOutboxStore(db, OutboxStoreOptions{Schema: strings.Repeat("s", 64)})),
-		"ProjectionStoreOptions.Schema": errOf(NewProjectionStore(db, ProjectionStoreOptions{Schema: "a\x00"})),
-		"WorkRowsOptions.Live":          errOf(NewWorkRows[int64, suiteRow](db, WorkRowsOptions{})),
-		"WorkRowsOptions.Order[0]":      errOf(NewWorkRows[int64, suiteRow](db, WorkRowsOptions{Live: conformance.WorkRowsLive, Order: []workrow.Order{workrow.Asc("lock_id")}})),
-		"WorkRowsOptions.IDColumn":      errOf(NewWorkRows[int64, suiteRow](db, WorkRowsOptions{Live: conformance.WorkRowsLive, IDColumn: "lock_id"})),
+		"LeaseStoreOptions.Channel":     errOf(NewLeaseStore(context.Background(), db, LeaseStoreOptions{Channel: `a"b`})),
+		"LeaseStoreOptions.Schema":      errOf(NewLeaseStore(context.Background(), db, LeaseStoreOptions{Schema: "pg_x"})),
+		"OutboxStoreOptions.Schema":     errOf(NewOutboxStore(context.Background(), db, OutboxStoreOptions{Schema: strings.Repeat("s", 64)})),
+		"ProjectionStoreOptions.Schema": errOf(NewProjectionStore(context.Background(), db, ProjectionStoreOptions{Schema: "a\x00"})),
+		"WorkRowsOptions.Live":          errOf(NewWorkRows[int64, suiteRow](context.Background(), db, WorkRowsOptions{})),
+		"WorkRowsOptions.Order[0]":      errOf(NewWorkRows[int64, suiteRow](context.Background(), db, WorkRowsOptions{Live: conformance.WorkRowsLive, Order: []workrow.Order{workrow.Asc("lock_id")}})),
+		"WorkRowsOptions.IDColumn":      errOf(NewWorkRows[int64, suiteRow](context.Background(), db, WorkRowsOptions{Live: conformance.WorkRowsLive, IDColumn: "lock_id"})),
 	} {
 		if err == nil || !strings.Contains(err.Error(), what) {
 			t.Errorf("%s: err = %v; want one naming the field", what, err)
 		}
 	}
-	if _, err := NewWorkRows[int64, suiteRow](db, WorkRowsOptions{Live: workrow.IsNull("locked_until")}); err == nil {
+	if _, err := NewWorkRows[int64, suiteRow](context.Background(), db, WorkRowsOptions{Live: workrow.IsNull("locked_until")}); err == nil {
 		t.Error("a live filter on a lock column was accepted")
 	}
 }
@@ -129,7 +129,7 @@ func TestWorkRows_ClaimWithBunExpressionsAndFinalizeWith(t *testing.T) {
 	if err := insertSuiteRows(ctx, db, []conformance.WorkRow{{ID: 1, Seq: 30}, {ID: 2, Seq: 20}, {ID: 3, Seq: 10, Attempts: 9}, {ID: 4, Seq: 40}}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := NewWorkRows[int64, suiteRow](db, suiteOptions())
+	rows, err := NewWorkRows[int64, suiteRow](context.Background(), db, suiteOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -250,12 +250,14 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 	defer s.mu.Unlock()
 	h := s.horizon()
 	var out []outbox.Entry
+	size := 0
 	for _, e := range s.entries[s.after(after):] {
-		if len(out) == limit || (h != 0 && e.XID >= h) {
+		if len(out) == limit || !outbox.ScanHasRoom(size) || (h != 0 && e.XID >= h) {
 			break
 		}
 		e.Payload = slices.Clone(e.Payload)
 		out = append(out, e)
+		size += len(e.Payload)
 	}
 	return out, nil
 }

@@ -364,7 +364,11 @@ WHERE ctid = ANY (ARRAY(
     LIMIT $2))`
 }
 
-// Scan implements outbox.Store in one statement.
+// Scan implements outbox.Store in one statement. Rows are decoded one at a
+// time as they arrive, and reading stops once the payloads taken fill the
+// byte budget (outbox.ScanHasRoom); the rows after that are discarded as
+// they are read, never held. Asking the server for the budget instead
+// would cost every scan a second conversion of each payload to text.
 func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) ([]outbox.Entry, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("baton/postgres: outbox scan: the limit is %d; it must be at least 1", limit)
@@ -373,8 +377,21 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 	if err != nil {
 		return nil, outboxError("scan", err)
 	}
-	entries, err := pgx.CollectRows(rows, scanOutboxEntry)
-	if err != nil {
+	defer rows.Close()
+	var (
+		entries []outbox.Entry
+		taken   int
+	)
+	for outbox.ScanHasRoom(taken) && rows.Next() {
+		e, err := scanOutboxEntry(rows)
+		if err != nil {
+			return nil, outboxError("scan", err)
+		}
+		entries = append(entries, e)
+		taken += len(e.Payload)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return nil, outboxError("scan", err)
 	}
 	return entries, nil

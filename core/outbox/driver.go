@@ -260,8 +260,8 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		return stop.retryAfter, false
 	case stop != nil:
 		return cfg.ErrorDelay, false
-	case len(entries) == cfg.BatchSize:
-		return 0, false // more may be waiting: straight on
+	case len(entries) == cfg.BatchSize, !ScanHasRoom(ScanBytes(entries)):
+		return 0, false // a full batch, by count or by bytes: more may be waiting, straight on
 	default:
 		return cfg.IdleDelay, false
 	}

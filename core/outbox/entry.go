@@ -31,6 +31,13 @@ var ErrIDInUse = errors.New("baton/outbox: the id belongs to a dead letter")
 // MaxLaneLength bounds a lane name, in bytes.
 const MaxLaneLength = 128
 
+// MaxPayloadBytes bounds a payload, in bytes as given to Enqueue: 1 MiB.
+// The walk reads entries in batches, and every instance in turn may lead
+// it; an unbounded payload could exhaust each leader's memory one after
+// the other. An event that needs more should carry a reference to where the
+// data is instead.
+const MaxPayloadBytes = 1 << 20
+
 // NewID returns a fresh UUIDv7: 48 bits of Unix milliseconds, a counter,
 // then random bits. Ids made by one process strictly increase, even within
 // one millisecond, so entries a transaction enqueues one after another come
@@ -115,7 +122,7 @@ func (c Cursor) IsZero() bool { return c == Cursor{} }
 
 // ValidateEntry is the rule every adapter's Enqueue applies before writing:
 // a non-nil id, a lane of 1–128 bytes of UTF-8 without NUL, and a payload
-// that is one valid JSON value.
+// of at most MaxPayloadBytes that is one valid JSON value.
 func ValidateEntry(id ID, lane string, payload []byte) error {
 	if id.IsNil() {
 		return fmt.Errorf("%w: the id is the nil UUID; use outbox.NewID()", ErrInvalidEntry)
@@ -125,6 +132,10 @@ func ValidateEntry(id ID, lane string, payload []byte) error {
 	}
 	if len(payload) == 0 {
 		return fmt.Errorf("%w: the payload is empty; it must be JSON", ErrInvalidEntry)
+	}
+	if len(payload) > MaxPayloadBytes {
+		return fmt.Errorf("%w: the payload is %d bytes; at most %d (outbox.MaxPayloadBytes) are allowed, "+
+			"so put large data elsewhere and enqueue a reference to it", ErrInvalidEntry, len(payload), MaxPayloadBytes)
 	}
 	if !json.Valid(payload) {
 		return fmt.Errorf("%w: the payload is not valid JSON", ErrInvalidEntry)

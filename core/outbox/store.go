@@ -94,6 +94,28 @@ const (
 	MaxListLimit     = 1000
 )
 
+// MaxScanBytes bounds the payloads one Scan returns, 8 MiB: a store stops
+// adding entries once those it has taken total MaxScanBytes or more, counted
+// as the payloads it returns (ScanHasRoom). A pass therefore holds less
+// than MaxScanBytes plus one payload, however large BatchSize is, and always
+// at least one entry when one is visible.
+const MaxScanBytes = 8 << 20
+
+// ScanHasRoom reports whether a scan whose entries so far hold taken
+// payload bytes may take one more: the rule every adapter's Scan applies,
+// entry by entry, as it reads.
+func ScanHasRoom(taken int) bool { return taken < MaxScanBytes }
+
+// ScanBytes is the total size of the entries' payloads, as MaxScanBytes
+// counts it.
+func ScanBytes(entries []Entry) int {
+	n := 0
+	for _, e := range entries {
+		n += len(e.Payload)
+	}
+	return n
+}
+
 // Store is the adapter side of the outbox: the three tables and their
 // statements. Each method is one short statement or transaction; none is
 // held open across delivery. conformance.RunOutboxStore is the executable
@@ -103,7 +125,8 @@ type Store interface {
 	// (xid, id), only from transactions below the horizon: older than the
 	// oldest transaction still in progress. Entries of a transaction that
 	// is still open, or rolled back, never appear; nor does anything a
-	// still-open older transaction might yet precede.
+	// still-open older transaction might yet precede. It also stops after
+	// the entry that brings the payloads to MaxScanBytes or more.
 	Scan(ctx context.Context, after Cursor, limit int) ([]Entry, error)
 
 	// Settle applies a pass's outcome in one transaction: the cursor

@@ -14,7 +14,8 @@
 // only ever issued to the current holder. The script travels in the same
 // pipeline as the obtain, so an acquisition costs one round trip like a bare
 // redislock Obtain. Both keys share a hash tag, so the provider works on
-// Redis Cluster.
+// Redis Cluster; a lock name beginning with '}', which would empty that tag,
+// is refused.
 package redis
 
 import (
@@ -158,9 +159,27 @@ func (p *Provider) LockKey(name string) string { return p.opts.Prefix + "lock:{"
 // FenceKey is the key that counts the named lock's fencing tokens.
 func (p *Provider) FenceKey(name string) string { return p.opts.Prefix + "fence:{" + name + "}" }
 
-// Acquire implements lock.Provider.
+// checkName refuses a name beginning with '}'. The keys wrap the name in a
+// hash tag, "lock:{name}", and Redis Cluster takes the tag to end at the
+// first '}': such a name leaves it empty, Cluster then hashes whole keys,
+// and the lock key and its fence key land in different slots (the fence
+// script is refused, and Acquire would retry until its deadline). A brace
+// anywhere else is harmless: both keys get the same tag.
+func checkName(name string) error {
+	if strings.HasPrefix(name, "}") {
+		return fmt.Errorf("%w: %q begins with '}', which would empty the Redis Cluster hash tag "+
+			"that keeps the lock and its fence counter in one slot", lock.ErrInvalidName, name)
+	}
+	return nil
+}
+
+// Acquire implements lock.Provider. Besides core's name rule it refuses a
+// name beginning with '}' (see docs/locks.md), with lock.ErrInvalidName.
 func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
 	if err := lock.CheckAcquire(name, opts); err != nil {
+		return nil, err
+	}
+	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	l := &Lock{name: name}
