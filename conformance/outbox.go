@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/baton-go/baton/core/outbox"
 )
@@ -93,7 +94,8 @@ const (
 // Settlement: SettleIsCompareAndSet, StaleSettleLoses,
 // CursorNeverGoesBackwards, ConcurrentFirstSettlesOneWins,
 // ParkingMovesEntriesToDeadLetters, ParkingAnUnknownEntryWritesNothing,
-// StateUpsertsAndRemovesKeys.
+// StateUpsertsAndRemovesKeys, SettleRefusesTextNoStoreCanKeep,
+// SettleKeepsEveryStorableReasonExactly.
 //
 // Dead letters: DeadLettersListWithoutPayloadsAndPaginate,
 // UnknownDeadLetterIsNotFound, RequeueAppendsAFreshEntry,
@@ -139,6 +141,8 @@ func RunOutboxStore(t *testing.T, factory func(t *testing.T) OutboxHarness, feat
 		{"ParkingMovesEntriesToDeadLetters", s.parking},
 		{"ParkingAnUnknownEntryWritesNothing", s.parkingUnknown},
 		{"StateUpsertsAndRemovesKeys", s.stateUpsert},
+		{"SettleRefusesTextNoStoreCanKeep", s.unstorableText},
+		{"SettleKeepsEveryStorableReasonExactly", s.storableReasons},
 		{"DeadLettersListWithoutPayloadsAndPaginate", s.listDead},
 		{"UnknownDeadLetterIsNotFound", s.unknownDead},
 		{"RequeueAppendsAFreshEntry", s.requeue},
@@ -831,6 +835,7 @@ func (s *outboxSuite) invalidEntries(t *testing.T) {
 		{"payload not JSON", outbox.NewID(), outboxLaneA, []byte(`{"n": 1`)},
 		{"two JSON values", outbox.NewID(), outboxLaneA, []byte(`{} {}`)},
 		{"payload with \\u0000", outbox.NewID(), outboxLaneA, []byte(`{"s": "a\u0000b"}`)},
+		{"payload not UTF-8", outbox.NewID(), outboxLaneA, []byte("{\"s\": \"a\xffb\"}")},
 	} {
 		if err := tx.Enqueue(ctx, tc.id, tc.lane, tc.payload); !errors.Is(err, outbox.ErrInvalidEntry) {
 			t.Errorf("Enqueue with %s: err = %v, want one wrapping outbox.ErrInvalidEntry", tc.name, err)
@@ -1177,6 +1182,97 @@ func (s *outboxSuite) stateUpsert(t *testing.T) {
 	want[outbox.KeyFailedAttempts] = "3"
 	want[outbox.KeyLastError] = "" // an empty value is a value, not an absent key
 	x.sameState("after writing a key again", x.state(), want)
+}
+
+// unstorableText: a park reason or a state value that is not valid UTF-8
+// or holds a NUL byte (PostgreSQL's text can hold neither) is refused with
+// outbox.ErrInvalidSettlement before anything is written, so the refusal
+// says what is wrong instead of surfacing as a database error.
+func (s *outboxSuite) unstorableText(t *testing.T) {
+	x := s.start(t)
+	h, ctx := x.h, x.ctx
+	es := x.visible(outboxEntries(outboxLaneA, 2)...)
+	for _, tc := range []struct {
+		name string
+		park string
+		key  string
+		val  string
+	}{
+		{name: "a reason with a NUL byte", park: "refused: a\x00b"},
+		{name: "a reason that is not UTF-8", park: "refused: a\xffb"},
+		{name: "a state value with a NUL byte", key: outbox.KeyLastError, val: "a\x00b"},
+		{name: "a state value that is not UTF-8", key: outbox.KeyLastError, val: "\xc3("},
+		{name: "a state key with a NUL byte", key: "last\x00error", val: "x"},
+	} {
+		st := outbox.Settlement{From: outbox.Cursor{}, To: es[1].Cursor(), State: map[string]*string{outbox.KeyLastScanAt: stateValue("t1")}}
+		if tc.park != "" {
+			st.Park = []outbox.Parked{{Entry: es[0], Reason: tc.park}}
+		} else {
+			st.State[tc.key] = stateValue(tc.val)
+		}
+		if err := h.Store.Settle(ctx, st); !errors.Is(err, outbox.ErrInvalidSettlement) {
+			t.Errorf("Settle with %s: err = %v, want one wrapping outbox.ErrInvalidSettlement", tc.name, err)
+		}
+		x.sameState("after a refused settlement with "+tc.name, x.state(), map[string]string{})
+		x.notDead(es[0].ID)
+	}
+	x.checkEntries("after refused settlements", x.scan(outbox.Cursor{}, outboxScanAll), es...)
+	// The same settlement with storable text applies.
+	x.settle(outbox.Settlement{From: outbox.Cursor{}, To: es[1].Cursor(), Park: parkAll("refused", es[0])})
+	x.checkDead(x.getDead(es[0].ID), es[0], "refused "+es[0].ID.String(), true)
+}
+
+// storableReasons: whatever core may hand a store (valid UTF-8 without
+// NUL, up to outbox.MaxReasonLength bytes) comes back byte for byte, as a
+// dead letter's error and as a state value: quotes, backslashes, SQL and
+// format placeholders, control characters and text in many scripts.
+func (s *outboxSuite) storableReasons(t *testing.T) {
+	x := s.start(t)
+	es := x.visible(outboxEntries(outboxLaneA, 3)...)
+	var long strings.Builder
+	for piece := 0; long.Len() < outbox.MaxReasonLength; piece++ {
+		long.WriteString([]string{"ä", "日本", "🙂", "'", `"`, `\`, "?0", "$1", "%s", "\t", "\u2028", " ", "x"}[piece%13])
+	}
+	longest := long.String()
+	for len(longest) > outbox.MaxReasonLength || !utf8.ValidString(longest) {
+		longest = longest[:len(longest)-1]
+	}
+	reasons := []string{
+		longest,
+		`409 Conflict: {"error": "it's \"taken\""} \x00 ?1 $2 %d :name`,
+		"\x01\x1f\x7f line one\nline two\r\n",
+	}
+	park := make([]outbox.Parked, len(es))
+	for i, e := range es {
+		park[i] = outbox.Parked{Entry: e, Reason: reasons[i]}
+	}
+	x.settle(outbox.Settlement{From: outbox.Cursor{}, To: es[2].Cursor(), Park: park,
+		State: map[string]*string{outbox.KeyLastError: stateValue(longest)}})
+	for i, e := range es {
+		if d := x.getDead(e.ID); d.Error != reasons[i] {
+			t.Errorf("dead letter %d kept a reason of %d bytes, want the %d bytes parked; first difference at byte %d",
+				i, len(d.Error), len(reasons[i]), firstDifference(d.Error, reasons[i]))
+		}
+	}
+	for _, d := range x.listDead(outbox.ListOptions{}) {
+		i := slices.IndexFunc(es, func(e outbox.Entry) bool { return e.ID == d.ID })
+		if i < 0 || d.Error != reasons[i] {
+			t.Errorf("ListDead shows dead letter %s with a reason of %d bytes, not the one parked", d.ID, len(d.Error))
+		}
+	}
+	if got := x.state()[outbox.KeyLastError]; got != longest {
+		t.Errorf("state %s holds %d bytes, want the %d bytes written; first difference at byte %d",
+			outbox.KeyLastError, len(got), len(longest), firstDifference(got, longest))
+	}
+}
+
+func firstDifference(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
 
 // listDead: dead letters list newest parked first (then by id), without

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +68,20 @@ var brokenOutboxStores = map[string]struct {
 		},
 		mustCatch:  []string{"DeleteDeliveredStaysAtOrBelowTheCursor"},
 		mustPassAt: []string{"DeleteDeliveredHonoursTheWindow", "DeleteRequeuedKeepsUnreplayedDeadLetters", "InvalidArgumentsAreErrors"},
+	},
+	"settle-cleans-text-instead-of-refusing": {
+		wrap: func(st *memory.OutboxStore) conformance.OutboxHarness {
+			return conformance.OutboxHarness{Store: cleanText{st}, Producer: memoryProducer(st)}
+		},
+		mustCatch:  []string{"SettleRefusesTextNoStoreCanKeep"},
+		mustPassAt: []string{"SettleKeepsEveryStorableReasonExactly", "ParkingMovesEntriesToDeadLetters", "StateUpsertsAndRemovesKeys"},
+	},
+	"settle-cuts-long-reasons": {
+		wrap: func(st *memory.OutboxStore) conformance.OutboxHarness {
+			return conformance.OutboxHarness{Store: cutReasons{st}, Producer: memoryProducer(st)}
+		},
+		mustCatch:  []string{"SettleKeepsEveryStorableReasonExactly"},
+		mustPassAt: []string{"SettleRefusesTextNoStoreCanKeep", "ParkingMovesEntriesToDeadLetters", "StateUpsertsAndRemovesKeys"},
 	},
 }
 
@@ -319,4 +334,53 @@ func (b deleteEverything) DeleteDelivered(ctx context.Context, _ outbox.Cursor, 
 		top.ID[i] = 0xff
 	}
 	return b.OutboxStore.DeleteDelivered(ctx, top, window, limit)
+}
+
+// cleanText stores what it was given after dropping NUL bytes and invalid
+// UTF-8, rather than refusing: the caller never learns its text changed.
+type cleanText struct{ *memory.OutboxStore }
+
+func (b cleanText) Settle(ctx context.Context, s outbox.Settlement) error {
+	clean := func(v string) string { return strings.ReplaceAll(strings.ToValidUTF8(v, ""), "\x00", "") }
+	park := make([]outbox.Parked, len(s.Park))
+	for i, p := range s.Park {
+		park[i] = outbox.Parked{Entry: p.Entry, Reason: clean(p.Reason)}
+	}
+	state := make(map[string]*string, len(s.State))
+	for k, v := range s.State {
+		if v != nil {
+			c := clean(*v)
+			v = &c
+		}
+		state[clean(k)] = v
+	}
+	s.Park, s.State = park, state
+	return b.OutboxStore.Settle(ctx, s)
+}
+
+// cutReasons keeps at most 255 bytes of a reason or state value, as a
+// varchar(255) column would.
+type cutReasons struct{ *memory.OutboxStore }
+
+func (b cutReasons) Settle(ctx context.Context, s outbox.Settlement) error {
+	cut := func(v string) string {
+		if len(v) > 255 {
+			return strings.ToValidUTF8(v[:255], "")
+		}
+		return v
+	}
+	park := make([]outbox.Parked, len(s.Park))
+	for i, p := range s.Park {
+		park[i] = outbox.Parked{Entry: p.Entry, Reason: cut(p.Reason)}
+	}
+	state := make(map[string]*string, len(s.State))
+	for k, v := range s.State {
+		if v != nil {
+			c := cut(*v)
+			v = &c
+		}
+		state[k] = v
+	}
+	s.Park, s.State = park, state
+	return b.OutboxStore.Settle(ctx, s)
 }

@@ -213,9 +213,8 @@ WHERE s.value IS DISTINCT FROM excluded.value`
 // always written from st.To. Every parked entry must lie between st.From
 // (exclusive) and st.To (inclusive), or nothing is written.
 func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
-	if st.To.Compare(st.From) < 0 {
-		return fmt.Errorf("baton/bunorm: outbox settle: the new cursor (%d, %s) is before the one the pass started from (%d, %s); the cursor never goes backwards",
-			st.To.XID, st.To.ID, st.From.XID, st.From.ID)
+	if err := outbox.ValidateSettlement(st); err != nil {
+		return fmt.Errorf("baton/bunorm: outbox settle: %w", err)
 	}
 	keys, values, remove := settlementState(st)
 	return s.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
@@ -223,7 +222,7 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 		var locked []OutboxState
 		if err := tx.NewRaw(outboxLockCursorSQL, s.st, outbox.KeyLastScannedXID, zeroXID, outbox.KeyLastScannedID, zeroID).
 			Scan(ctx, &locked); err != nil {
-			return mapError(areaOutbox, "settle: lock the cursor", err)
+			return mapError(areaSettle, "settle: lock the cursor", err)
 		}
 		stored := make(map[string]string, 2)
 		for _, kv := range locked {
@@ -252,7 +251,7 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 			res, err := tx.NewRaw(outboxParkSQL, s.t, s.d, pgdialect.Array(ids), pgdialect.Array(reasons),
 				fromXID, fromID, toXID, toID).Exec(ctx)
 			if err != nil {
-				return mapError(areaOutbox, "settle: park", err)
+				return mapError(areaSettle, "settle: park", err)
 			}
 			if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
 				return fmt.Errorf("baton/bunorm: outbox settle: %d of the %d entries to park are in the outbox between the two cursors; a parked entry must be one the pass scanned, once; nothing was written",
@@ -261,7 +260,7 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 		}
 		if _, err := tx.NewRaw(outboxWriteStateSQL, s.st, pgdialect.Array(keys), pgdialect.Array(values), pgdialect.Array(remove)).
 			Exec(ctx); err != nil {
-			return mapError(areaOutbox, "settle: write state", err)
+			return mapError(areaSettle, "settle: write state", err)
 		}
 		return nil
 	})

@@ -263,8 +263,8 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 // Settle implements outbox.Store. Everything is checked before anything
 // changes, so a refused settlement writes nothing.
 func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
-	if st.To.Compare(st.From) < 0 {
-		return fmt.Errorf("baton/memory: settle: the new cursor %s is before the old one %s; the cursor never goes backwards", fmtCursor(st.To), fmtCursor(st.From))
+	if err := outbox.ValidateSettlement(st); err != nil {
+		return fmt.Errorf("baton/memory: settle: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -409,15 +409,14 @@ func scanOutboxEntry(row pgx.CollectableRow) (outbox.Entry, error) {
 // the cursor lock in one pipeline, the state write with COMMIT in another.
 // Parking adds one.
 func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
-	if st.To.Compare(st.From) < 0 {
-		return fmt.Errorf("baton/postgres: outbox settle: the new cursor (%d, %s) is before the one the pass started from (%d, %s); the cursor never goes backwards",
-			st.To.XID, st.To.ID, st.From.XID, st.From.ID)
+	if err := outbox.ValidateSettlement(st); err != nil {
+		return fmt.Errorf("baton/postgres: outbox settle: %w", err)
 	}
 	keys, values, remove := settlementState(st)
 
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return outboxError("settle: get a connection", err)
+		return settleError("get a connection", err)
 	}
 	// The pool closes a connection released inside a transaction rather
 	// than reuse it; the rollback below is the ordinary way out.
@@ -459,7 +458,7 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 		tag, err := conn.Exec(ctx, s.sql.park, ids, reasons,
 			st.From.XID, [16]byte(st.From.ID), st.To.XID, [16]byte(st.To.ID))
 		if err != nil {
-			return outboxError("settle: park", err)
+			return settleError("park", err)
 		}
 		if n := tag.RowsAffected(); n != int64(len(ids)) {
 			return fmt.Errorf("baton/postgres: outbox settle: %d of the %d entries to park are in the outbox between the two cursors; a parked entry must be one the pass scanned, once; nothing was written",
@@ -481,11 +480,11 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 func readLockedCursor(res pgx.BatchResults) (outbox.Cursor, error) {
 	defer res.Close()
 	if _, err := res.Exec(); err != nil {
-		return outbox.Cursor{}, outboxError("settle: begin", err)
+		return outbox.Cursor{}, settleError("begin", err)
 	}
 	rows, err := res.Query()
 	if err != nil {
-		return outbox.Cursor{}, outboxError("settle: lock the cursor", err)
+		return outbox.Cursor{}, settleError("lock the cursor", err)
 	}
 	stored := make(map[string]string, 2)
 	var (
@@ -498,10 +497,10 @@ func readLockedCursor(res pgx.BatchResults) (outbox.Cursor, error) {
 		}
 		return nil
 	}); err != nil {
-		return outbox.Cursor{}, outboxError("settle: lock the cursor", err)
+		return outbox.Cursor{}, settleError("lock the cursor", err)
 	}
 	if err := res.Close(); err != nil {
-		return outbox.Cursor{}, outboxError("settle: lock the cursor", err)
+		return outbox.Cursor{}, settleError("lock the cursor", err)
 	}
 	cur, err := outbox.CursorFromState(stored)
 	if err != nil {
@@ -514,17 +513,17 @@ func readLockedCursor(res pgx.BatchResults) (outbox.Cursor, error) {
 func writeAndCommit(res pgx.BatchResults) error {
 	defer res.Close()
 	if _, err := res.Exec(); err != nil {
-		return outboxError("settle: write state", err)
+		return settleError("write state", err)
 	}
 	tag, err := res.Exec()
 	if err != nil {
-		return outboxError("settle: commit", err)
+		return settleError("commit", err)
 	}
 	if tag.String() != "COMMIT" { // PostgreSQL answers ROLLBACK to the COMMIT of a failed transaction
 		return fmt.Errorf("baton/postgres: outbox settle: commit: the transaction was rolled back (%s)", tag)
 	}
 	if err := res.Close(); err != nil {
-		return outboxError("settle: commit", err)
+		return settleError("commit", err)
 	}
 	return nil
 }
@@ -724,10 +723,20 @@ func checkRetention(op string, window time.Duration, limit int) error {
 
 // outboxError is the one place where the outbox's driver errors are
 // mapped: a missing table or column wraps ErrSchemaMismatch, no row wraps
-// outbox.ErrNotFound, an entry the database refuses wraps
+// outbox.ErrNotFound, a value the database refuses wraps
 // outbox.ErrInvalidEntry, and context errors stay recognizable with
 // errors.Is.
-func outboxError(op string, err error) error {
+func outboxError(op string, err error) error { return mapOutboxError(op, err, outbox.ErrInvalidEntry) }
+
+// settleError is outboxError for the statements of a settlement, where a
+// value the database refuses is a reason or a state value, never an entry:
+// it wraps outbox.ErrInvalidSettlement.
+func settleError(op string, err error) error {
+	return mapOutboxError("settle: "+op, err, outbox.ErrInvalidSettlement)
+}
+
+// mapOutboxError maps err; refused is the sentinel of a refused value.
+func mapOutboxError(op string, err error, refused error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("baton/postgres: outbox %s: %w", op, outbox.ErrNotFound)
 	}
@@ -740,8 +749,8 @@ func outboxError(op string, err error) error {
 		case "23514", "22P02", "22P05", "22021":
 			// check_violation (the lane's length), invalid_text_representation
 			// (not JSON), untranslatable_character (\u0000 in jsonb),
-			// character_not_in_repertoire (not UTF-8).
-			return fmt.Errorf("baton/postgres: outbox %s: %w: the database refused it: %w", op, outbox.ErrInvalidEntry, err)
+			// character_not_in_repertoire (not UTF-8, or a NUL byte).
+			return fmt.Errorf("baton/postgres: outbox %s: %w: the database refused it: %w", op, refused, err)
 		case "23505": // unique_violation
 			return fmt.Errorf("baton/postgres: outbox %s: the id is already taken by another entry or dead letter: %w", op, err)
 		}

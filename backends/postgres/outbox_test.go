@@ -579,6 +579,25 @@ func TestOutboxStore_TableRefusesLanesOutOfRange(t *testing.T) {
 	}
 }
 
+// A reason the database cannot store (SQLSTATE 22021) in a settlement's
+// statement is a refused settlement, not a refused entry: the entry was
+// written long before.
+func TestOutboxStore_SettlementValuesTheDatabaseRefusesAreInvalidSettlements(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	st := mustOutboxStore(t, env.Pool, OutboxStoreOptions{})
+	_, err := env.Pool.Exec(ctx, st.sql.writeState, []string{outbox.KeyLastError}, []string{"a\x00b"}, []string{})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "22021" {
+		t.Fatalf("writing a NUL byte into a state value: err = %v, want SQLSTATE 22021", err)
+	}
+	mapped := settleError("write state", err)
+	if !errors.Is(mapped, outbox.ErrInvalidSettlement) || errors.Is(mapped, outbox.ErrInvalidEntry) {
+		t.Errorf("settleError(%v) = %v, want one wrapping outbox.ErrInvalidSettlement and not outbox.ErrInvalidEntry", err, mapped)
+	}
+}
+
 func TestOutboxStore_ContextErrorsStayRecognizable(t *testing.T) {
 	env := testenv.Postgres(t)
 	mustMigrate(t, testContext(t), env.Pool, MigrateOptions{})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/baton-go/baton/core/internal/name"
 	"github.com/baton-go/baton/core/internal/uuid"
@@ -115,7 +116,7 @@ func (c Cursor) IsZero() bool { return c == Cursor{} }
 
 // ValidateEntry is the rule every adapter's Enqueue applies before writing:
 // a non-nil id, a lane of 1–128 bytes of UTF-8 without NUL, and a payload
-// that is one valid JSON value.
+// that is one valid JSON value, in UTF-8, without the escape \u0000.
 func ValidateEntry(id ID, lane string, payload []byte) error {
 	if id.IsNil() {
 		return fmt.Errorf("%w: the id is the nil UUID; use outbox.NewID()", ErrInvalidEntry)
@@ -128,6 +129,11 @@ func ValidateEntry(id ID, lane string, payload []byte) error {
 	}
 	if !json.Valid(payload) {
 		return fmt.Errorf("%w: the payload is not valid JSON", ErrInvalidEntry)
+	}
+	if !utf8.Valid(payload) {
+		// encoding/json lets invalid UTF-8 through inside strings; jsonb
+		// refuses it.
+		return fmt.Errorf("%w: the payload is not valid UTF-8", ErrInvalidEntry)
 	}
 	if hasNULEscape(payload) {
 		// Valid JSON, but PostgreSQL's jsonb cannot hold a NUL character.

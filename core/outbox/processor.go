@@ -22,6 +22,10 @@ type Processor interface {
 	Deliver(ctx context.Context, run []Entry) ([]Outcome, error)
 }
 
+// MaxReasonLength bounds, in bytes, the reasons the driver stores: a
+// dead letter's error and the outbox's last_error. Longer ones are cut.
+const MaxReasonLength = 4096
+
 // OutcomeKind classifies one entry's delivery.
 type OutcomeKind uint8
 

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 var (
@@ -20,6 +22,12 @@ var (
 	// ErrAlreadyRequeued is returned by Requeue for a dead letter that was
 	// requeued before; its RequeuedAs names the entry it became.
 	ErrAlreadyRequeued = errors.New("baton/outbox: dead letter already requeued")
+
+	// ErrInvalidSettlement is returned (wrapped, with the reason) by
+	// ValidateSettlement and every adapter's Settle for a settlement that
+	// must not be written; nothing is written. The driver never builds one:
+	// it makes every reason storable first (StorableReason).
+	ErrInvalidSettlement = errors.New("baton/outbox: invalid settlement")
 )
 
 // The state keys. Every fact the outbox keeps about itself is one row of
@@ -136,6 +144,49 @@ type Store interface {
 	// replay stays for the whole window), returning how many. Dead letters
 	// never requeued are kept until an operator acts.
 	DeleteRequeued(ctx context.Context, window time.Duration, limit int) (int, error)
+}
+
+// ValidateSettlement is the rule every adapter's Settle applies before
+// writing anything: the cursor never goes backwards (To before From), and
+// every park reason and every state key and value is text that every store
+// can keep, which is valid UTF-8 without a NUL byte (PostgreSQL's text
+// cannot hold either). A refused settlement is an error wrapping
+// ErrInvalidSettlement that names the offending part.
+func ValidateSettlement(s Settlement) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSettlement, fmt.Sprintf(format, args...))
+	}
+	if s.To.Compare(s.From) < 0 {
+		return bad("the new cursor (%d, %s) is before the one the pass started from (%d, %s); the cursor never goes backwards",
+			s.To.XID, s.To.ID, s.From.XID, s.From.ID)
+	}
+	for _, p := range s.Park {
+		if prob := textProblem(p.Reason); prob != "" {
+			return bad("the reason parking entry %s %s", p.Entry.ID, prob)
+		}
+	}
+	for k, v := range s.State {
+		if prob := textProblem(k); prob != "" {
+			return bad("a state key %s", prob)
+		}
+		if v != nil {
+			if prob := textProblem(*v); prob != "" {
+				return bad("the value of state key %q %s", k, prob)
+			}
+		}
+	}
+	return nil
+}
+
+// textProblem says why s cannot be stored as text, or returns "".
+func textProblem(s string) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL byte"
+	}
+	return ""
 }
 
 // CursorFromState reads the cursor from state values; absent keys mean the
