@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -811,3 +812,111 @@ func TestNew_RejectsEveryInvalidOptionNamingIt(t *testing.T) {
 }
 
 var _ = json.Valid
+
+// failingStore is a memory store whose calls fail on demand: down makes
+// every call fail, as an unreachable database would; settleFails makes
+// only settlements fail.
+type failingStore struct {
+	*memory.OutboxStore
+	down, settleFails atomic.Bool
+}
+
+var errUnreachable = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+
+func (s *failingStore) Scan(ctx context.Context, after outbox.Cursor, limit int) ([]outbox.Entry, error) {
+	if s.down.Load() {
+		return nil, errUnreachable
+	}
+	return s.OutboxStore.Scan(ctx, after, limit)
+}
+
+func (s *failingStore) Settle(ctx context.Context, st outbox.Settlement) error {
+	switch {
+	case s.down.Load():
+		return errUnreachable
+	case s.settleFails.Load():
+		return errors.New("could not extend file: No space left on device")
+	}
+	return s.OutboxStore.Settle(ctx, st)
+}
+
+func (s *failingStore) State(ctx context.Context) (map[string]string, error) {
+	if s.down.Load() {
+		return nil, errUnreachable
+	}
+	return s.OutboxStore.State(ctx)
+}
+
+// With the database gone nothing can be stored, so the failing streak must
+// be kept in memory: the stuck notice is the one users alert on.
+func TestDriver_RaisesTheStuckNoticeWhileTheDatabaseIsUnreachable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		fs := &failingStore{OutboxStore: r.store}
+		cfg := r.config(&recorder{lane: "a"})
+		cfg.Store = fs
+		r.commit("a")
+		r.run(cfg)
+		synctest.Wait()
+		fs.down.Store(true)
+		downAt := time.Now()
+		time.Sleep(30 * time.Minute)
+		synctest.Wait()
+		n := r.notes.of(outbox.NoticeStuck)
+		if len(n) != 2 {
+			t.Fatalf("%d stuck notices in 30 minutes without a database, want 2 (after StuckAfter, then one per 15 minutes)", len(n))
+		}
+		if !strings.Contains(n[0].LastError, "connection refused") || n[0].Since.Before(downAt) || n[0].At.Sub(n[0].Since) < outbox.DefaultStuckAfter {
+			t.Fatalf("notice %+v: want the last error, a streak that began at the outage and lasted StuckAfter", n[0])
+		}
+		fs.down.Store(false)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if _, ok := r.state()[outbox.KeyFirstStuckAt]; ok {
+			t.Fatal("first_stuck_at still set after the database came back and a pass found nothing to do")
+		}
+	})
+}
+
+// A retry whose settlement cannot be stored is still a failing streak.
+func TestDriver_RaisesTheStuckNoticeForARetryWhoseSettlementsFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		fs := &failingStore{OutboxStore: r.store}
+		fs.settleFails.Store(true)
+		rec := &recorder{lane: "a"}
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			return all(len(run), outbox.Retry("503 unavailable")), nil
+		})
+		cfg := r.config(rec)
+		cfg.Store = fs
+		r.commit("a")
+		r.run(cfg)
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		if n := r.notes.of(outbox.NoticeStuck); len(n) != 1 {
+			t.Fatalf("%d stuck notices in 10 minutes of retries whose settlements fail, want 1", len(n))
+		}
+	})
+}
+
+// The throttle's stamp is written by the settlement; when settlements
+// fail, it must hold in memory, or every pass notifies again.
+func TestDriver_ThrottlesDeadLetterNoticesWhileSettlementsFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		fs := &failingStore{OutboxStore: r.store}
+		fs.settleFails.Store(true)
+		rec := &recorder{lane: "a"}
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) { return all(len(run), outbox.Park("409")), nil })
+		cfg := r.config(rec)
+		cfg.Store = fs
+		r.commit("a")
+		r.run(cfg)
+		time.Sleep(20 * time.Minute)
+		synctest.Wait()
+		if calls, n := rec.calls(), r.notes.of(outbox.NoticeDeadLetter); calls < 30 || len(n) != 2 {
+			t.Fatalf("%d dead-letter notices in 20 minutes of %d passes, want 2 (one per 15 minutes)", len(n), calls)
+		}
+	})
+}
