@@ -218,7 +218,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 				delivered++
 				to = e.Cursor()
 			case KindPark:
-				parked = append(parked, Parked{Entry: e, Reason: o.Reason})
+				parked = append(parked, Parked{Entry: e, Reason: StorableReason(o.Reason)})
 				to = e.Cursor()
 			default:
 				stop = &stopInfo{entry: e, reason: o.Reason, retryAfter: o.RetryAfter}

@@ -66,15 +66,17 @@ func later(a, b time.Time) time.Time {
 }
 
 // fail records a failed pass: one that stopped at a retry, or could not
-// scan, read the state or settle. After progress a new streak begins.
+// scan, read the state or settle. After progress a new streak begins. The
+// reason, a processor's or an error's, is made storable here, once.
 func (h *health) fail(now time.Time, at Entry, reason string, progressed bool) {
 	if h.since.IsZero() || progressed {
 		h.since, h.failed = now, 0
 	}
 	h.failed++
-	h.at, h.reason, h.lastError = at, reason, reason
+	h.at, h.reason = at, StorableReason(reason)
+	h.lastError = h.reason
 	if at.Lane != "" {
-		h.lastError = fmt.Sprintf("lane %s, entry %s: %s", at.Lane, at.ID, reason)
+		h.lastError = StorableReason(fmt.Sprintf("lane %s, entry %s: %s", at.Lane, at.ID, h.reason))
 	}
 }
 
