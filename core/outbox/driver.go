@@ -78,7 +78,8 @@ func (d *Driver) lead(ctx context.Context, lk lock.Lock) {
 		}
 	}()
 
-	w := &walker{d: d}
+	ctx = withFencingToken(ctx, lk.Token())
+	w := &walker{d: d, lk: lk}
 	for ctx.Err() == nil {
 		if !w.loaded {
 			if err := w.load(ctx); err != nil {
@@ -125,7 +126,8 @@ func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
 
 // walker is one leadership term's view of the walk.
 type walker struct {
-	d *Driver
+	d  *Driver
+	lk lock.Lock
 	// loaded says cur was read from the store; it is read again after a
 	// settlement that failed, since the stored cursor is the truth.
 	loaded bool
@@ -189,6 +191,9 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		if ctx.Err() != nil {
 			return 0, false // lost or shutting down: settle nothing
 		}
+		if !w.trusted("delivering a run") {
+			return 0, true
+		}
 		proc, ok := d.procs[run[0].Lane]
 		if !ok {
 			reason := fmt.Sprintf("no processor is registered for lane %q", run[0].Lane)
@@ -201,6 +206,11 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		outcomes, err := deliver(ctx, proc, run)
 		if ctx.Err() != nil {
 			return 0, false
+		}
+		if errors.Is(err, ErrFenced) {
+			cfg.Logger.Warn("outbox: the destination refused this leader's fencing token; settling nothing and giving up leadership",
+				"lane", run[0].Lane, "token", w.lk.Token(), "err", err)
+			return 0, true
 		}
 		if err == nil && len(outcomes) != len(run) {
 			err = fmt.Errorf("processor defect: %d outcomes for a run of %d entries", len(outcomes), len(run))
@@ -247,6 +257,9 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 	}
 	if len(parked) > 0 {
 		d.notifyDeadLetters(ctx, &next, now, parked)
+	}
+	if !w.trusted("settling") {
+		return 0, true
 	}
 	err = cfg.Store.Settle(ctx, Settlement{From: w.cur, To: to, Park: parked, State: next.stamps(now)})
 	switch {
@@ -295,12 +308,28 @@ func (w *walker) settleFailure(ctx context.Context, now time.Time, s stopInfo) (
 	next.fail(now, s.entry, s.reason, false)
 	d.notifyStuck(ctx, &next, now, false)
 	w.h = next // a failure whether or not it can be stored
+	if !w.trusted("settling") {
+		return 0, true
+	}
 	err := d.cfg.Store.Settle(ctx, Settlement{From: w.cur, To: w.cur, State: next.stamps(now)})
 	if errors.Is(err, ErrCursorMoved) {
 		w.loaded = false
 		return 0, true
 	}
 	return d.cfg.ErrorDelay, false
+}
+
+// trusted asks the lock, synchronously, whether this leader may still act:
+// Lost is closed by a timer, which a goroutine resumed after a pause can
+// outrun. When the answer is no, the pass ends without settling and the
+// leader steps down.
+func (w *walker) trusted(before string) bool {
+	if w.lk.Trusted() {
+		return true
+	}
+	w.d.cfg.Logger.Warn("outbox: the leader lock can no longer be trusted; giving up leadership without "+before,
+		"lock", w.lk.Name(), "token", w.lk.Token())
+	return false
 }
 
 // deliver calls the processor, turning a panic into an error.

@@ -920,3 +920,192 @@ func TestDriver_ThrottlesDeadLetterNoticesWhileSettlementsFail(t *testing.T) {
 		}
 	})
 }
+
+// distrustful hands out memory locks whose trust a test can end without
+// Lost closing: the moment between a TTL lock's trust running out and its
+// timer firing, which a process resumed after a pause is in.
+type distrustful struct {
+	*locksmemory.Provider
+	mu    sync.Mutex
+	locks []*distrustedLock
+}
+
+type distrustedLock struct {
+	lock.Lock
+	untrusted, released atomic.Bool
+}
+
+func (l *distrustedLock) Trusted() bool { return !l.untrusted.Load() && l.Lock.Trusted() }
+
+func (l *distrustedLock) Release(ctx context.Context) error {
+	l.released.Store(true)
+	return l.Lock.Release(ctx)
+}
+
+func (p *distrustful) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
+	l, err := p.Provider.Acquire(ctx, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	d := &distrustedLock{Lock: l}
+	if name == outbox.DefaultLeaderLockName {
+		p.mu.Lock()
+		p.locks = append(p.locks, d)
+		p.mu.Unlock()
+	}
+	return d, nil
+}
+
+func (p *distrustful) leader(i int) *distrustedLock {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i >= len(p.locks) {
+		return nil
+	}
+	return p.locks[i]
+}
+
+func TestDriver_DeliversNothingUnderALockNoLongerTrustedThoughLostIsOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		locks := &distrustful{Provider: r.locks}
+		var sawStale atomic.Bool
+		rec := &recorder{lane: "a"}
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			if first := locks.leader(0); first.untrusted.Load() && !first.released.Load() {
+				sawStale.Store(true)
+			}
+			return all(len(run), outbox.Delivered()), nil
+		})
+		cfg := r.config(rec)
+		cfg.Locks = locks
+		r.run(cfg)
+		synctest.Wait()
+		locks.leader(0).untrusted.Store(true) // trust ran out; no timer has fired yet
+		e := r.commit("a")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if sawStale.Load() {
+			t.Fatal("the driver delivered a run under a lock whose trust had run out")
+		}
+		if !locks.leader(0).released.Load() || locks.leader(1) == nil {
+			t.Fatal("the driver kept leading under a lock it could no longer trust")
+		}
+		if got := ids(rec.delivered()); fmt.Sprint(got) != fmt.Sprint(e) {
+			t.Fatalf("delivered %v, want %v under the new lock", got, e)
+		}
+	})
+}
+
+func TestDriver_SettlesNothingWhenTrustEndsDuringDelivery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		locks := &distrustful{Provider: r.locks}
+		r.commit("a", "a")
+		rec := &recorder{lane: "a"}
+		var once sync.Once
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			once.Do(func() { locks.leader(0).untrusted.Store(true) })
+			return all(len(run), outbox.Delivered()), nil
+		})
+		cfg := r.config(rec)
+		cfg.Locks = locks
+		var settled []outbox.Settlement
+		var mu sync.Mutex
+		cfg.Store = settleWatch{OutboxStore: r.store, seen: func(s outbox.Settlement) {
+			mu.Lock()
+			defer mu.Unlock()
+			if l := locks.leader(0); l.untrusted.Load() && !l.released.Load() {
+				settled = append(settled, s)
+			}
+		}}
+		r.run(cfg)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(settled) != 0 {
+			t.Fatalf("a pass whose lock's trust ended during delivery settled: %+v", settled[0])
+		}
+	})
+}
+
+type settleWatch struct {
+	*memory.OutboxStore
+	seen func(outbox.Settlement)
+}
+
+func (s settleWatch) Settle(ctx context.Context, st outbox.Settlement) error {
+	s.seen(st)
+	return s.OutboxStore.Settle(ctx, st)
+}
+
+func TestDriver_HandsTheLeadersFencingTokenToProcessorsThroughTheContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		// Two acquisitions before the driver's: its token is 3.
+		for range 2 {
+			l, err := r.locks.Acquire(context.Background(), outbox.DefaultLeaderLockName, lock.AcquireOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Release(context.Background())
+		}
+		r.commit("a")
+		var got []uint64
+		var mu sync.Mutex
+		proc := outbox.ProcessorFunc{LaneName: "a", Func: func(ctx context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
+			tok, ok := outbox.FencingToken(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				got = append(got, tok)
+			}
+			return all(len(run), outbox.Delivered()), nil
+		}}
+		r.run(r.config(proc))
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if fmt.Sprint(got) != "[3]" {
+			t.Fatalf("processors saw fencing tokens %v, want the leader's [3]", got)
+		}
+		if _, ok := outbox.FencingToken(context.Background()); ok {
+			t.Fatal("FencingToken reports a token on a context the driver never touched")
+		}
+	})
+}
+
+func TestDriver_StepsDownWithoutSettlingWhenTheDestinationRefusesItsToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		locks := &distrustful{Provider: r.locks}
+		r.commit("a")
+		rec := &recorder{lane: "a"}
+		var once sync.Once
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			fenced := false
+			once.Do(func() { fenced = true })
+			if fenced {
+				return nil, fmt.Errorf("engine: 409: token 1 is below 2: %w", outbox.ErrFenced)
+			}
+			return all(len(run), outbox.Delivered()), nil
+		})
+		cfg := r.config(rec)
+		cfg.Locks = locks
+		r.run(cfg)
+		synctest.Wait()
+		if !locks.leader(0).released.Load() {
+			t.Fatal("a leader whose token the destination refused kept its lock")
+		}
+		// It stepped down at once and settled nothing: no failure was
+		// recorded, and the next leader delivered the entry.
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if st := r.state(); st[outbox.KeyFailedAttempts] != "" || strings.Contains(st[outbox.KeyLastError], "token") {
+			t.Fatalf("the fenced pass was settled as a failure: %v", st)
+		}
+		if rec.calls() != 2 || r.cursor().IsZero() {
+			t.Fatalf("%d deliveries, cursor %v; want the entry delivered by the next leader", rec.calls(), r.cursor())
+		}
+	})
+}

@@ -24,6 +24,10 @@ type Processor interface {
 	// Delivery is at least once: after a crash or a leader change an entry
 	// may be delivered again. Give the destination the entry id as its
 	// idempotency key.
+	//
+	// ctx carries the leader's fencing token (FencingToken); send it along,
+	// so that the destination can refuse a deposed leader. A refusal of the
+	// token is an error wrapping ErrFenced.
 	Deliver(ctx context.Context, run []Entry) ([]Outcome, error)
 }
 
