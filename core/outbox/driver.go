@@ -78,7 +78,7 @@ func (d *Driver) lead(ctx context.Context, lk lock.Lock) {
 		}
 	}()
 
-	ctx = withFencingToken(ctx, lk.Token())
+	ctx = WithFencingToken(ctx, lk.Token())
 	w := &walker{d: d, lk: lk}
 	for ctx.Err() == nil {
 		if !w.loaded {

@@ -26,8 +26,10 @@ func FencingToken(ctx context.Context) (token uint64, ok bool) {
 	return token, ok && token != 0
 }
 
-// withFencingToken is the context processors of a leader with token get.
-func withFencingToken(ctx context.Context, token uint64) context.Context {
+// WithFencingToken returns ctx carrying token, as the driver gives it to
+// processors; tests of a processor use it to play a leader. A zero token
+// (a lock that cannot fence) leaves ctx as it is.
+func WithFencingToken(ctx context.Context, token uint64) context.Context {
 	if token == 0 {
 		return ctx
 	}
