@@ -53,6 +53,23 @@ type OutboxHarness struct {
 	// xids come from the same counter as the store's (for PostgreSQL, the
 	// same cluster).
 	Producer OutboxProducer
+	// HoldSettle applies a settlement as Store.Settle does, but stops just
+	// before its commit and keeps it open until the returned
+	// HeldSettlement ends it: for a database, the settling transaction with
+	// everything written and every lock it took still held. Required: the
+	// suite enqueues while a park is uncommitted.
+	HoldSettle func(ctx context.Context, s outbox.Settlement) (HeldSettlement, error)
+}
+
+// HeldSettlement is a settlement applied and not yet committed.
+type HeldSettlement interface {
+	// Blocking reports whether another transaction (a producer's) is
+	// waiting for this one to end.
+	Blocking(ctx context.Context) (bool, error)
+	// Commit commits the settlement.
+	Commit(ctx context.Context) error
+	// Rollback undoes it; after Commit it does nothing.
+	Rollback(ctx context.Context) error
 }
 
 // OutboxFeatures declares what an outbox store cannot do. Every rule of
@@ -89,6 +106,7 @@ const (
 // ConcurrentProducersAreWalkedWithoutGaps, ScanHonoursCursorAndLimit.
 //
 // Producer: EnqueueRejectsInvalidEntries, EnqueueRejectsDuplicateIDs,
+// EnqueueRejectsTheIDOfADeadLetter, EnqueueOfAnIDBeingParkedIsRefused,
 // TransactionIsDoneAfterCommitOrRollback.
 //
 // Settlement: SettleIsCompareAndSet, StaleSettleLoses,
@@ -133,6 +151,7 @@ func RunOutboxStore(t *testing.T, factory func(t *testing.T) OutboxHarness, feat
 		{"EnqueueRejectsInvalidEntries", s.invalidEntries},
 		{"EnqueueRejectsDuplicateIDs", s.duplicateIDs},
 		{"EnqueueRejectsTheIDOfADeadLetter", s.deadLetterID},
+		{"EnqueueOfAnIDBeingParkedIsRefused", s.enqueueWhileParking},
 		{"TransactionIsDoneAfterCommitOrRollback", s.txDone},
 		{"SettleIsCompareAndSet", s.settleCAS},
 		{"StaleSettleLoses", s.staleSettle},
@@ -173,6 +192,9 @@ func (s *outboxSuite) harness(t *testing.T) OutboxHarness {
 	}
 	if h.Producer == nil {
 		t.Fatal("conformance: the factory returned no Producer")
+	}
+	if h.HoldSettle == nil {
+		t.Fatal("conformance: the factory returned no HoldSettle")
 	}
 	return h
 }
@@ -233,6 +255,15 @@ func samePayload(a, b []byte) bool {
 		return false
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// beyond keeps the entries of a scan that lie after the stored cursor:
+// what the walk has still to deliver. A store may keep parked entries
+// below the cursor until retention, as delivered ones.
+func (x *outboxT) beyond(es []outbox.Entry) []outbox.Entry {
+	x.t.Helper()
+	cur := x.cursor()
+	return slices.DeleteFunc(slices.Clone(es), func(e outbox.Entry) bool { return e.Cursor().Compare(cur) <= 0 })
 }
 
 // withoutBarriers drops barrier entries from a scan.
@@ -856,16 +887,16 @@ func (s *outboxSuite) duplicateIDs(t *testing.T) {
 	x.commitTx(e)
 
 	tx := x.begin()
-	if err := tx.Enqueue(ctx, e.ID, outboxLaneB, []byte(`{"copy": true}`)); err == nil {
-		t.Errorf("Enqueue of the id of a committed entry succeeded")
+	if err := tx.Enqueue(ctx, e.ID, outboxLaneB, []byte(`{"copy": true}`)); !errors.Is(err, outbox.ErrIDInUse) {
+		t.Errorf("Enqueue of the id of a committed entry: err = %v, want outbox.ErrIDInUse", err)
 	}
 	_ = tx.Rollback(ctx)
 
 	dup := outboxEntry(outboxLaneB, 2)
 	tx = x.begin()
 	x.enqueue(tx, dup)
-	if err := tx.Enqueue(ctx, dup.ID, outboxLaneA, []byte(`{"copy": true}`)); err == nil {
-		t.Errorf("Enqueue of an id already enqueued in the same transaction succeeded")
+	if err := tx.Enqueue(ctx, dup.ID, outboxLaneA, []byte(`{"copy": true}`)); !errors.Is(err, outbox.ErrIDInUse) {
+		t.Errorf("Enqueue of an id already enqueued in the same transaction: err = %v, want outbox.ErrIDInUse", err)
 	}
 	_ = tx.Rollback(ctx)
 
@@ -892,11 +923,80 @@ func (s *outboxSuite) deadLetterID(t *testing.T) {
 	}
 	x.enqueue(tx, other)
 	x.commit(tx)
-	got := withoutBarriers(x.barrier())
+	got := x.beyond(withoutBarriers(x.barrier()))
 	x.checkEntries("after the refused enqueue", got, other)
 	if d := x.getDead(p.ID); d.Error != "rejected" || !d.RequeuedAs.IsNil() {
 		t.Errorf("the dead letter changed: %+v", d)
 	}
+}
+
+// enqueueWhileParking: while the settlement that parks entry X is open,
+// a producer enqueues X again. Whether its statement runs before the park
+// commits, waits for it, or runs after, it must be refused with
+// outbox.ErrIDInUse: had it gone through, X would be both an entry and a
+// dead letter, and parking the new X later would fail every settlement.
+func (s *outboxSuite) enqueueWhileParking(t *testing.T) {
+	x := s.start(t)
+	h, ctx := x.h, x.ctx
+	es := x.visible(outboxEntry(outboxLaneA, 1))
+	held, err := h.HoldSettle(ctx, outbox.Settlement{From: outbox.Cursor{}, To: es[0].Cursor(), Park: parkAll("parked", es[0])})
+	if err != nil {
+		t.Fatalf("HoldSettle: %v", err)
+	}
+	defer func() { _ = held.Rollback(context.WithoutCancel(ctx)) }()
+
+	tx := x.begin()
+	result := make(chan error, 1)
+	go func() { result <- tx.Enqueue(ctx, es[0].ID, outboxLaneB, []byte(`{"again": true}`)) }()
+	var (
+		answered bool
+		err1     error
+	)
+	for deadline := time.Now().Add(outboxVisibilityWait); !answered; time.Sleep(5 * time.Millisecond) {
+		select {
+		case err1 = <-result:
+			answered = true
+			continue
+		default:
+		}
+		blocked, err := held.Blocking(ctx)
+		if err != nil {
+			t.Fatalf("Blocking: %v", err)
+		}
+		if blocked {
+			break // the enqueue waits for the settlement to end
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the enqueue neither answered nor waited for the open settlement within %v", outboxVisibilityWait)
+		}
+	}
+	if answered && !errors.Is(err1, outbox.ErrIDInUse) {
+		t.Fatalf("Enqueue of the id of an entry whose park is not yet committed: err = %v, want outbox.ErrIDInUse", err1)
+	}
+	if err := held.Commit(ctx); err != nil {
+		t.Fatalf("committing the held settlement: %v", err)
+	}
+	if !answered {
+		select {
+		case err1 = <-result:
+		case <-time.After(outboxVisibilityWait):
+			t.Fatal("the enqueue still waits after the settlement committed")
+		}
+		if !errors.Is(err1, outbox.ErrIDInUse) {
+			t.Fatalf("Enqueue that waited for the park of its id to commit: err = %v, want outbox.ErrIDInUse", err1)
+		}
+	}
+	_ = tx.Rollback(ctx)
+
+	again := x.begin()
+	if err := again.Enqueue(ctx, es[0].ID, outboxLaneB, []byte(`{"again": true}`)); !errors.Is(err, outbox.ErrIDInUse) {
+		t.Fatalf("Enqueue of a parked id after the park committed: err = %v, want outbox.ErrIDInUse", err)
+	}
+	_ = again.Rollback(ctx)
+	if rest := x.beyond(withoutBarriers(x.barrier())); len(rest) != 0 {
+		t.Fatalf("after the park the walk has %v beyond the cursor; want nothing", entryIDs(rest))
+	}
+	x.checkDead(x.getDead(es[0].ID), es[0], "parked "+es[0].ID.String(), true)
 }
 
 func (s *outboxSuite) txDone(t *testing.T) {
@@ -1086,7 +1186,10 @@ func (s *outboxSuite) parking(t *testing.T) {
 		Park:  []outbox.Parked{{Entry: sp1, Reason: "no processor for lane a"}, {Entry: sp2, Reason: "rejected: 422"}},
 		State: map[string]*string{outbox.KeyLastDeadLetterAt: stateValue("2030-01-02T03:04:05Z")},
 	})
-	x.checkEntries("the outbox after parking", x.scan(outbox.Cursor{}, outboxScanAll), sd1)
+	// Parked entries leave the walk with the cursor; whether a store keeps
+	// them below it until retention, as delivered ones, is its own choice.
+	x.checkEntries("the outbox after parking, parked entries aside",
+		slices.DeleteFunc(x.scan(outbox.Cursor{}, outboxScanAll), func(e outbox.Entry) bool { return e.ID == p1.ID || e.ID == p2.ID }), sd1)
 	x.checkDead(x.getDead(p1.ID), sp1, "no processor for lane a", true)
 	x.checkDead(x.getDead(p2.ID), sp2, "rejected: 422", true)
 	for _, id := range []outbox.ID{p1.ID, p2.ID} {
@@ -1402,7 +1505,7 @@ func (s *outboxSuite) requeueTwice(t *testing.T) {
 	if d := x.getDead(es[0].ID); d.RequeuedAs != first {
 		t.Errorf("after a refused second requeue, RequeuedAs is %s, want the first requeue's %s", d.RequeuedAs, first)
 	}
-	got := withoutBarriers(x.barrier())
+	got := x.beyond(withoutBarriers(x.barrier()))
 	again := es[0]
 	again.ID = first
 	x.checkEntries("after requeueing twice", got, again)
@@ -1430,7 +1533,7 @@ func (s *outboxSuite) requeueBadIDs(t *testing.T) {
 	if d := x.getDead(es[0].ID); !d.RequeuedAs.IsNil() {
 		t.Fatalf("refused requeues recorded RequeuedAs %s", d.RequeuedAs)
 	}
-	got := withoutBarriers(x.barrier())
+	got := x.beyond(withoutBarriers(x.barrier()))
 	x.checkEntries("after refused requeues", got, es[2])
 
 	// Nothing was used up: a good id still works.

@@ -95,9 +95,9 @@ func mapError(a area, op string, err error) error {
 		if invalid != nil {
 			return fmt.Errorf("%s: %w: the database refused it: %w", prefix, invalid, err)
 		}
-	case "23505": // unique_violation
+	case "23505": // unique_violation: an entry has the id already
 		if a == areaOutbox {
-			return fmt.Errorf("%s: the id is already taken by another entry or dead letter: %w", prefix, err)
+			return fmt.Errorf("%s: %w: an entry has it already: %w", prefix, outbox.ErrIDInUse, err)
 		}
 	case "40001", "40P01": // serialization_failure, deadlock_detected
 		return fmt.Errorf("%s met a concurrent change and was rolled back; it may be retried "+

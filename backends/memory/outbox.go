@@ -126,17 +126,17 @@ func (tx *OutboxTx) Enqueue(ctx context.Context, id outbox.ID, lane string, payl
 	if err := outbox.ValidateEntry(id, lane, payload); err != nil {
 		return err
 	}
-	if _, ok := s.ids[id]; ok {
-		return fmt.Errorf("baton/memory: enqueue: an entry with id %s is already in the outbox", id)
-	}
 	if _, ok := s.dead[id]; ok {
-		return fmt.Errorf("baton/memory: enqueue %s: %w; use a fresh id (outbox.NewID)", id, outbox.ErrIDInUse)
+		return fmt.Errorf("baton/memory: enqueue %s: a dead letter has it: %w; use a fresh id (outbox.NewID)", id, outbox.ErrIDInUse)
+	}
+	if _, ok := s.ids[id]; ok {
+		return fmt.Errorf("baton/memory: enqueue %s: an entry in the outbox has it: %w; use a fresh id (outbox.NewID)", id, outbox.ErrIDInUse)
 	}
 	switch owner := s.pending[id]; {
 	case owner == tx:
-		return fmt.Errorf("baton/memory: enqueue: id %s is already enqueued in this transaction", id)
+		return fmt.Errorf("baton/memory: enqueue %s: already enqueued in this transaction: %w", id, outbox.ErrIDInUse)
 	case owner != nil:
-		return fmt.Errorf("baton/memory: enqueue: id %s is already enqueued by another open transaction", id)
+		return fmt.Errorf("baton/memory: enqueue %s: already enqueued by another open transaction: %w", id, outbox.ErrIDInUse)
 	}
 	if tx.xid == 0 {
 		tx.xid = s.nextXID
@@ -284,28 +284,29 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 		if _, twice := parking[id]; twice {
 			return fmt.Errorf("baton/memory: settle: entry %s is parked twice", id)
 		}
-		if _, ok := s.ids[id]; !ok {
-			return fmt.Errorf("baton/memory: settle: entry %s to park is not in the outbox", id)
-		}
-		if _, ok := s.dead[id]; ok {
-			return fmt.Errorf("baton/memory: settle: entry %s to park already has a dead letter with its id", id)
-		}
 		parking[id] = p.Reason
 	}
-
-	if len(parking) > 0 {
-		now := s.clock()
-		s.entries = slices.DeleteFunc(s.entries, func(e outbox.Entry) bool {
-			reason, ok := parking[e.ID]
-			if !ok {
-				return false
-			}
-			delete(s.ids, e.ID)
-			s.dead[e.ID] = &outbox.DeadLetter{
-				ID: e.ID, XID: e.XID, Lane: e.Lane, Payload: e.Payload, Error: reason, ParkedAt: now,
-			}
-			return true
-		})
+	// Parking copies: the entry stays in the outbox, below the cursor like
+	// a delivered one, until retention, so its id is never free while its
+	// dead letter is being written (see the PostgreSQL adapter).
+	var parked []outbox.Entry
+	for _, e := range s.entries[s.after(st.From):s.after(st.To)] {
+		if _, ok := parking[e.ID]; ok {
+			parked = append(parked, e)
+		}
+	}
+	if len(parked) != len(parking) {
+		return fmt.Errorf("baton/memory: settle: %d of the %d entries to park are in the outbox between the two cursors; a parked entry must be one the pass scanned, once; nothing was written",
+			len(parked), len(parking))
+	}
+	now := s.clock()
+	for _, e := range parked {
+		// An id that has a dead letter already can only come from a write
+		// that bypassed Enqueue; the newer entry replaces it rather than
+		// fail every settlement (see outbox.Store.Settle).
+		s.dead[e.ID] = &outbox.DeadLetter{
+			ID: e.ID, XID: e.XID, Lane: e.Lane, Payload: slices.Clone(e.Payload), Error: parking[e.ID], ParkedAt: now,
+		}
 	}
 	for k, v := range st.State {
 		if v == nil {

@@ -41,8 +41,11 @@ var enqueueSQL = outboxEnqueueSQL(pgx.Identifier{OutboxTable}.Sanitize(), pgx.Id
 // duplicate keys), so it is read back equal as JSON, not byte for byte.
 // A nil id, an invalid lane or a payload that is not JSON is refused with
 // an error wrapping outbox.ErrInvalidEntry before anything is sent, so tx
-// is still usable afterwards. Any other failure is an error of a statement
-// inside tx, which PostgreSQL then refuses to continue: roll tx back.
+// is still usable afterwards. An id that an entry or a dead letter has is
+// refused with an error wrapping outbox.ErrIDInUse (a dead letter's id
+// leaves tx usable; an entry's fails the statement on the primary key).
+// Any other failure is an error of a statement inside tx, which PostgreSQL
+// then refuses to continue: roll tx back.
 //
 // # Order
 //
@@ -254,22 +257,36 @@ ON CONFLICT (key) DO UPDATE SET value = s.value
 RETURNING key, value`
 }
 
-// outboxParkSQL moves parked entries from the quoted outbox table t to the
-// dead letters d in one statement. Parameters: $1 ids (uuid[]), $2 reasons
-// (text[]), $3/$4 the cursor the pass started from, $5/$6 the cursor it
-// settles at. Only entries between the two cursors move, as the pass saw
-// them; the caller compares the row count with the entries it asked for.
+// outboxParkSQL copies parked entries from the quoted outbox table t to
+// the dead letters d in one statement. Parameters: $1 ids (uuid[]), $2
+// reasons (text[]), $3/$4 the cursor the pass started from, $5/$6 the
+// cursor it settles at. Only entries between the two cursors are copied,
+// as the pass saw them; the caller compares the row count with the entries
+// it asked for.
+//
+// The entry stays in t, below the cursor like a delivered one, until
+// retention deletes it: its id is held by a committed row of t at every
+// moment until its dead letter is committed. An Enqueue of the same id
+// therefore meets the primary key of t (ErrIDInUse at once) or, later, the
+// dead letter, under any interleaving; had the park deleted the entry, an
+// Enqueue racing the uncommitted park would pass the dead-letter check,
+// wait on the primary key, and succeed when the park committed, leaving
+// the id in both tables.
+//
+// A dead letter that already has the id (possible only for rows written
+// around Enqueue, or by a version before parking copied) is replaced by
+// the newer entry rather than failing every settlement on the primary
+// key; the error says so.
 func outboxParkSQL(t, d string) string {
-	return `WITH moved AS (
-    DELETE FROM ` + t + ` AS o
-    USING unnest($1::uuid[], $2::text[]) AS p (id, error)
-    WHERE o.id = p.id
-      AND (o.xid, o.id) > ($3::xid8, $4::uuid)
-      AND (o.xid, o.id) <= ($5::xid8, $6::uuid)
-    RETURNING o.id, o.xid, o.lane, o.payload, p.error
-)
-INSERT INTO ` + d + ` (id, xid, lane, payload, error)
-SELECT id, xid, lane, payload, error FROM moved`
+	return `INSERT INTO ` + d + ` AS dl (id, xid, lane, payload, error)
+SELECT o.id, o.xid, o.lane, o.payload, p.error
+FROM unnest($1::uuid[], $2::text[]) AS p (id, error)
+JOIN ` + t + ` AS o ON o.id = p.id
+WHERE (o.xid, o.id) > ($3::xid8, $4::uuid)
+  AND (o.xid, o.id) <= ($5::xid8, $6::uuid)
+ON CONFLICT (id) DO UPDATE SET xid = excluded.xid, lane = excluded.lane, payload = excluded.payload,
+    error = excluded.error || ' (this replaced a dead letter with the same id, parked at ' || dl.parked_at::text || ')',
+    parked_at = now(), requeued_as = NULL, requeued_at = NULL`
 }
 
 // outboxWriteStateSQL upserts and removes state keys of the quoted state
@@ -396,7 +413,8 @@ func scanOutboxEntry(row pgx.CollectableRow) (outbox.Entry, error) {
 }
 
 // Settle implements outbox.Store in one transaction: lock and read the
-// stored cursor; when it is s.From, move s.Park to the dead letters and
+// stored cursor; when it is s.From, copy s.Park to the dead letters
+// (outboxParkSQL says why they stay in the outbox below the cursor) and
 // write the state, then commit. When it is not, roll back and return
 // ErrCursorMoved; nothing was written.
 //
@@ -412,8 +430,6 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 	if err := outbox.ValidateSettlement(st); err != nil {
 		return fmt.Errorf("baton/postgres: outbox settle: %w", err)
 	}
-	keys, values, remove := settlementState(st)
-
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return settleError("get a connection", err)
@@ -431,7 +447,19 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 			}
 		}
 	}()
+	if err := s.settle(ctx, conn.Conn(), st, true); err != nil {
+		return err
+	}
+	committed = true
+	return nil
+}
 
+// settle runs a validated settlement on conn, from BEGIN to the state
+// write, and with commit the COMMIT in the same round trip as that write.
+// Without commit the transaction is left open, every lock it took held:
+// the conformance suite's HoldSettle.
+func (s *OutboxStore) settle(ctx context.Context, conn *pgx.Conn, st outbox.Settlement, commit bool) error {
+	keys, values, remove := settlementState(st)
 	// Read committed: each statement sees what committed before it
 	// started, so the cursor read under the lock is the latest.
 	zeroXID, zeroID := outbox.CursorState(outbox.Cursor{})
@@ -468,12 +496,10 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 
 	batch = &pgx.Batch{}
 	batch.Queue(s.sql.writeState, keys, values, remove)
-	batch.Queue("COMMIT")
-	if err := writeAndCommit(conn.SendBatch(ctx, batch)); err != nil {
-		return err
+	if commit {
+		batch.Queue("COMMIT")
 	}
-	committed = true
-	return nil
+	return writeAndCommit(conn.SendBatch(ctx, batch), commit)
 }
 
 // readLockedCursor reads the results of BEGIN and the cursor lock.
@@ -509,11 +535,15 @@ func readLockedCursor(res pgx.BatchResults) (outbox.Cursor, error) {
 	return cur, nil
 }
 
-// writeAndCommit reads the results of the state write and COMMIT.
-func writeAndCommit(res pgx.BatchResults) error {
+// writeAndCommit reads the results of the state write and, with commit,
+// COMMIT.
+func writeAndCommit(res pgx.BatchResults, commit bool) error {
 	defer res.Close()
 	if _, err := res.Exec(); err != nil {
 		return settleError("write state", err)
+	}
+	if !commit {
+		return res.Close()
 	}
 	tag, err := res.Exec()
 	if err != nil {
@@ -751,8 +781,8 @@ func mapOutboxError(op string, err error, refused error) error {
 			// (not JSON), untranslatable_character (\u0000 in jsonb),
 			// character_not_in_repertoire (not UTF-8, or a NUL byte).
 			return fmt.Errorf("baton/postgres: outbox %s: %w: the database refused it: %w", op, refused, err)
-		case "23505": // unique_violation
-			return fmt.Errorf("baton/postgres: outbox %s: the id is already taken by another entry or dead letter: %w", op, err)
+		case "23505": // unique_violation: an entry has the id already
+			return fmt.Errorf("baton/postgres: outbox %s: %w: an entry has it already: %w", op, outbox.ErrIDInUse, err)
 		}
 	}
 	return fmt.Errorf("baton/postgres: outbox %s: %w", op, err)

@@ -32,7 +32,7 @@
 //	         the pass (everything after it is "not attempted"); an error, a
 //	         panic or a wrong count of outcomes retries the whole run
 //	settle   one transaction: cursor compare-and-set from the pass's start,
-//	         parked entries moved to the dead letters, state stamps upserted
+//	         parked entries copied to the dead letters, state stamps upserted
 //
 // A pass whose leader loses its lock (Lost closes) stops at once and
 // settles nothing. A settlement that finds the cursor moved (another

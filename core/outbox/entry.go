@@ -24,10 +24,13 @@ var NilID ID
 // and every adapter's Enqueue for an entry that must not be written.
 var ErrInvalidEntry = errors.New("baton/outbox: invalid entry")
 
-// ErrIDInUse is returned (wrapped) by an adapter's Enqueue for an id that a
-// dead letter already has: a second entry with it could never be parked
-// (the dead letters are keyed by id), and would stall the walk.
-var ErrIDInUse = errors.New("baton/outbox: the id belongs to a dead letter")
+// ErrIDInUse is returned (wrapped) by an adapter's Enqueue for an id that
+// an entry or a dead letter already has. The id is the destination's
+// idempotency key, so a second entry with it would be taken for a repeat;
+// and two dead letters cannot share it. When the id's own entry is being
+// parked at that moment, Enqueue is refused just the same: an id is never
+// free between an entry and its dead letter.
+var ErrIDInUse = errors.New("baton/outbox: the id is in use by an entry or a dead letter")
 
 // MaxLaneLength bounds a lane name, in bytes.
 const MaxLaneLength = 128

@@ -87,7 +87,7 @@ const (
 	KindRetry OutcomeKind = iota
 	// KindDelivered: done; the cursor moves past it.
 	KindDelivered
-	// KindPark: can never succeed as is; it moves to the dead letters and
+	// KindPark: can never succeed as is; it is parked in the dead letters and
 	// the cursor moves past it.
 	KindPark
 )

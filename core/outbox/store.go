@@ -51,7 +51,7 @@ var StateKeys = []string{
 	KeyLastDeadLetterAt, KeyLastDeadLetterNotificationAt, KeyFirstStuckAt, KeyLastStuckNotificationAt,
 }
 
-// Parked is an entry the pass moves to the dead letters, with its reason.
+// Parked is an entry the pass parks in the dead letters, with its reason.
 type Parked struct {
 	Entry  Entry
 	Reason string
@@ -65,7 +65,8 @@ type Settlement struct {
 	// To is the new cursor: past every delivered and parked entry up to
 	// the first retry. It may equal From.
 	To Cursor
-	// Park lists the entries to move from the outbox to the dead letters.
+	// Park lists the entries to copy to the dead letters. Each stays in the
+	// outbox below the cursor, like a delivered entry, until retention.
 	Park []Parked
 	// State holds state keys to upsert; a nil value removes the key (it
 	// reads as its default again). The cursor keys are written from To.
@@ -116,8 +117,15 @@ type Store interface {
 
 	// Settle applies a pass's outcome in one transaction: the cursor
 	// compare-and-set from s.From to s.To (ErrCursorMoved when the stored
-	// cursor is not s.From, and then nothing is written), moving s.Park
-	// to the dead letters, and upserting s.State.
+	// cursor is not s.From, and then nothing is written), copying s.Park
+	// to the dead letters, and upserting s.State. A parked entry stays in
+	// the outbox until retention deletes it with the delivered ones, so its
+	// id is never free between the entry and its dead letter (an Enqueue of
+	// it is refused with ErrIDInUse at every moment). A dead letter that
+	// already has the id of an entry being parked (only rows written around
+	// Enqueue can cause one) is replaced by it: a settlement never fails on
+	// a conflict it can foresee. A settlement failing ValidateSettlement
+	// writes nothing.
 	Settle(ctx context.Context, s Settlement) error
 
 	// State returns every state key that has a value.
