@@ -702,8 +702,9 @@ func (s *OutboxStore) Requeue(ctx context.Context, id, newID outbox.ID) error {
 		return fmt.Errorf("baton/postgres: outbox %s: requeued before as %s: %w", op, outbox.ID(requeued.Bytes), outbox.ErrAlreadyRequeued)
 	}
 	if deadID {
-		// The outbox's primary key cannot see it: dead letters left it.
-		// An entry under a dead letter's id could never be parked.
+		// The outbox's primary key cannot see it once retention deleted the
+		// parked entry. An entry under a dead letter's id would be taken
+		// for a repeat of it.
 		return fmt.Errorf("baton/postgres: outbox %s: the new id %s is a dead letter's id; use a fresh outbox.NewID()", op, newID)
 	}
 	tag, err := tx.Exec(ctx, s.sql.requeue, [16]byte(id), [16]byte(newID))

@@ -716,8 +716,8 @@ func TestOutboxStore_ListDeadAfterAVanishedDeadLetterIsNotFound(t *testing.T) {
 }
 
 // TestOutboxStore_RequeueRefusesADeadLettersID covers the case the outbox's
-// primary key cannot: the new id of a dead letter's own id (it left the
-// outbox when it was parked).
+// primary key cannot: the new id of a dead letter's own id, once retention
+// deleted the parked entry from the outbox.
 func TestOutboxStore_RequeueRefusesADeadLettersID(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
