@@ -63,10 +63,11 @@
 //
 // # Retention
 //
-// Its own loop and lock (RetentionLockName): every RetentionInterval, at
-// most RetentionBatchSize delivered entries at or below the cursor and
-// older than RetentionWindow are deleted, and as many requeued dead
-// letters. The walk reads only above the cursor, so the driver and
+// Its own loop and lock (RetentionLockName): every RetentionInterval a
+// sweep deletes delivered (and parked) entries at or below the cursor and
+// older than RetentionWindow, and requeued dead letters past it, in
+// statements of at most RetentionBatchSize rows, RetentionBatchPause
+// apart, until it is caught up or RetentionSweepBudget is spent. The walk reads only above the cursor, so the driver and
 // retention never touch the same rows, and different instances may lead
 // each. Dead letters never requeued are kept until an operator acts
 // (AdminHandler: list, show, requeue).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -794,6 +795,8 @@ func TestNew_RejectsEveryInvalidOptionNamingIt(t *testing.T) {
 		"RetentionLockName":     func(c *outbox.Config) { c.RetentionLockName = outbox.DefaultLeaderLockName },
 		"LeaderLockName":        func(c *outbox.Config) { c.LeaderLockName = strings.Repeat("n", 200) },
 		"DeadLetterNoticeEvery": func(c *outbox.Config) { c.DeadLetterNoticeEvery = -time.Second },
+		"RetentionBatchPause":   func(c *outbox.Config) { c.RetentionBatchPause = -time.Second },
+		"RetentionSweepBudget":  func(c *outbox.Config) { c.RetentionSweepBudget = -time.Second },
 		"Processors[1]": func(c *outbox.Config) {
 			c.Processors = []outbox.Processor{&recorder{lane: "a"}, &recorder{lane: "a"}}
 		},
@@ -1106,6 +1109,144 @@ func TestDriver_StepsDownWithoutSettlingWhenTheDestinationRefusesItsToken(t *tes
 		}
 		if rec.calls() != 2 || r.cursor().IsZero() {
 			t.Fatalf("%d deliveries, cursor %v; want the entry delivered by the next leader", rec.calls(), r.cursor())
+		}
+	})
+}
+
+// sweepWatch records every retention delete: when, and how many rows.
+type sweepWatch struct {
+	*memory.OutboxStore
+	mu        sync.Mutex
+	delivered []sweepCall
+	requeued  []sweepCall
+}
+
+type sweepCall struct {
+	at time.Time
+	n  int
+}
+
+func (s *sweepWatch) DeleteDelivered(ctx context.Context, upTo outbox.Cursor, window time.Duration, limit int) (int, error) {
+	n, err := s.OutboxStore.DeleteDelivered(ctx, upTo, window, limit)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delivered = append(s.delivered, sweepCall{time.Now(), n})
+	return n, err
+}
+
+func (s *sweepWatch) DeleteRequeued(ctx context.Context, window time.Duration, limit int) (int, error) {
+	n, err := s.OutboxStore.DeleteRequeued(ctx, window, limit)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requeued = append(s.requeued, sweepCall{time.Now(), n})
+	return n, err
+}
+
+func (s *sweepWatch) calls() (delivered, requeued []sweepCall) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.delivered), slices.Clone(s.requeued)
+}
+
+func total(calls []sweepCall) int {
+	n := 0
+	for _, c := range calls {
+		n += c.n
+	}
+	return n
+}
+
+// retentionBacklog commits n entries, parks and requeues the first
+// requeued of them, and settles the cursor past all n: a backlog for
+// retention once the window has passed.
+func (r *rig) retentionBacklog(n, requeued int) {
+	r.t.Helper()
+	ctx := context.Background()
+	var all []outbox.ID
+	for len(all) < n {
+		lanes := make([]string, min(100, n-len(all)))
+		for i := range lanes {
+			lanes[i] = "a"
+		}
+		all = append(all, r.commit(lanes...)...)
+	}
+	es, err := r.store.Scan(ctx, outbox.Cursor{}, n)
+	if err != nil || len(es) != n {
+		r.t.Fatalf("Scan = %d entries, %v; want %d", len(es), err, n)
+	}
+	park := make([]outbox.Parked, requeued)
+	for i := range park {
+		park[i] = outbox.Parked{Entry: es[i], Reason: "refused"}
+	}
+	if err := r.store.Settle(ctx, outbox.Settlement{To: es[n-1].Cursor(), Park: park}); err != nil {
+		r.t.Fatal(err)
+	}
+	for _, p := range park {
+		if err := r.store.Requeue(ctx, p.Entry.ID, outbox.NewID()); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+func TestRetention_OneSweepGoesOnInBatchesWithAPauseUntilCaughtUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		r.retentionBacklog(2500, 250)
+		time.Sleep(2 * time.Minute) // past the window
+		watch := &sweepWatch{OutboxStore: r.store}
+		cfg := r.config() // no processors: only retention works
+		cfg.Store = watch
+		cfg.RetentionDisabled = false
+		cfg.RetentionWindow = time.Minute
+		cfg.RetentionBatchSize = 100
+		cfg.RetentionInterval = time.Hour
+		start := time.Now()
+		r.run(cfg)
+		time.Sleep(30 * time.Minute) // well within the first interval
+		synctest.Wait()
+		delivered, requeued := watch.calls()
+		if got := total(delivered); got != 2500 || len(delivered) != 26 {
+			t.Fatalf("the first sweep deleted %d entries in %d batches; want all 2500, in 25 full batches and one that found the rest caught up", got, len(delivered))
+		}
+		for i := 1; i < len(delivered); i++ {
+			if gap := delivered[i].at.Sub(delivered[i-1].at); gap != outbox.DefaultRetentionBatchPause {
+				t.Fatalf("batch %d came %v after the one before; want the pause, %v", i, gap, outbox.DefaultRetentionBatchPause)
+			}
+		}
+		if got := total(requeued); got != 250 || len(requeued) != 3 {
+			t.Fatalf("the first sweep deleted %d requeued dead letters in %d batches; want all 250 in 3", got, len(requeued))
+		}
+		if end := requeued[len(requeued)-1].at; end.Sub(start) >= outbox.DefaultRetentionSweepBudget {
+			t.Fatalf("the sweep ran %v, past its budget", end.Sub(start))
+		}
+	})
+}
+
+func TestRetention_ASweepStopsWhenItsBudgetIsSpentAndTheNextGoesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		r.retentionBacklog(2500, 0)
+		time.Sleep(2 * time.Minute)
+		watch := &sweepWatch{OutboxStore: r.store}
+		cfg := r.config()
+		cfg.Store = watch
+		cfg.RetentionDisabled = false
+		cfg.RetentionWindow = time.Minute
+		cfg.RetentionBatchSize = 100
+		cfg.RetentionInterval = time.Hour
+		cfg.RetentionBatchPause = time.Second
+		cfg.RetentionSweepBudget = 5 * time.Second
+		r.run(cfg)
+		time.Sleep(30 * time.Minute)
+		synctest.Wait()
+		delivered, _ := watch.calls()
+		if got := total(delivered); got != 600 || len(delivered) != 6 {
+			t.Fatalf("a sweep with a 5s budget and 1s pauses deleted %d entries in %d batches; want 600 in 6 (at 0s to 5s)", got, len(delivered))
+		}
+		time.Sleep(time.Hour) // the next sweep
+		synctest.Wait()
+		if delivered, _ := watch.calls(); total(delivered) != 1200 {
+			t.Fatalf("after the second sweep %d entries are deleted, want 1200", total(delivered))
 		}
 	})
 }
