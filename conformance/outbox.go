@@ -122,6 +122,8 @@ const (
 // Retention: DeleteDeliveredStaysAtOrBelowTheCursor,
 // DeleteDeliveredHonoursTheWindow, DeleteRequeuedKeepsUnreplayedDeadLetters.
 //
+// Transaction counter: NextXIDIsAboveEveryCommittedEntry.
+//
 // Arguments: InvalidArgumentsAreErrors.
 //
 // Beyond what outbox.Store documents, the suite holds an adapter to these
@@ -170,6 +172,7 @@ func RunOutboxStore(t *testing.T, factory func(t *testing.T) OutboxHarness, feat
 		{"DeleteDeliveredStaysAtOrBelowTheCursor", s.deleteDeliveredBounds},
 		{"DeleteDeliveredHonoursTheWindow", s.deleteDeliveredWindow},
 		{"DeleteRequeuedKeepsUnreplayedDeadLetters", s.deleteRequeued},
+		{"NextXIDIsAboveEveryCommittedEntry", s.nextXID},
 		{"InvalidArgumentsAreErrors", s.invalidArguments},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1639,6 +1642,41 @@ func (s *outboxSuite) deleteRequeued(t *testing.T) {
 	}
 	// The entries they were requeued as are untouched.
 	x.await(es[3].Cursor(), requeued...)
+}
+
+// nextXID: the transaction counter is above the xid of every entry
+// committed before it was read, and it never goes back. The driver
+// compares the stored cursor with it: a cursor at or above it cannot come
+// from this database (a logical restore into another cluster).
+func (s *outboxSuite) nextXID(t *testing.T) {
+	x := s.start(t)
+	h, ctx := x.h, x.ctx
+	next := func() uint64 {
+		t.Helper()
+		n, err := h.Store.NextXID(ctx)
+		if err != nil {
+			t.Fatalf("NextXID: %v", err)
+		}
+		return n
+	}
+	before := next()
+	for round := range 3 {
+		es := outboxEntries(outboxLaneA, 2)
+		for _, e := range es {
+			x.commitTx(e)
+		}
+		all := x.await(outbox.Cursor{}, entryIDs(es)...)
+		after := next()
+		for _, e := range all {
+			if e.XID >= after {
+				t.Fatalf("round %d: NextXID is %d, not above the xid %d of entry %s committed before", round, after, e.XID, e.ID)
+			}
+		}
+		if after < before {
+			t.Fatalf("round %d: NextXID went back from %d to %d", round, before, after)
+		}
+		before = after
+	}
 }
 
 func (s *outboxSuite) invalidArguments(t *testing.T) {

@@ -79,6 +79,13 @@ var brokenOutboxStores = map[string]struct {
 		mustCatch:  []string{"EnqueueOfAnIDBeingParkedIsRefused"},
 		mustPassAt: []string{"EnqueueRejectsTheIDOfADeadLetter", "ParkingMovesEntriesToDeadLetters", "SettleIsCompareAndSet"},
 	},
+	"next-xid-is-the-last-one-taken": {
+		wrap: func(st *memory.OutboxStore) conformance.OutboxHarness {
+			return conformance.OutboxHarness{Store: lastXID{st}, Producer: memoryProducer(st)}
+		},
+		mustCatch:  []string{"NextXIDIsAboveEveryCommittedEntry"},
+		mustPassAt: []string{"ParkingMovesEntriesToDeadLetters", "OpenOlderTransactionHoldsBackNewer", "SettleIsCompareAndSet"},
+	},
 	"settle-cleans-text-instead-of-refusing": {
 		wrap: func(st *memory.OutboxStore) conformance.OutboxHarness {
 			return conformance.OutboxHarness{Store: cleanText{st}, Producer: memoryProducer(st)}
@@ -484,4 +491,13 @@ func (t staleTx) Enqueue(ctx context.Context, id outbox.ID, lane string, payload
 		return nil // the check passed on the snapshot, and the write went ahead
 	}
 	return err
+}
+
+// lastXID reports the last xid handed out instead of the next: the xid of
+// the newest entry, which a cursor can legitimately hold.
+type lastXID struct{ *memory.OutboxStore }
+
+func (b lastXID) NextXID(ctx context.Context) (uint64, error) {
+	n, err := b.OutboxStore.NextXID(ctx)
+	return n - 1, err
 }

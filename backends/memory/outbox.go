@@ -331,6 +331,17 @@ func (s *OutboxStore) State(ctx context.Context) (map[string]string, error) {
 	return maps.Clone(s.state), nil
 }
 
+// NextXID implements outbox.Store: the xid the next writing transaction
+// (or requeue) takes.
+func (s *OutboxStore) NextXID(ctx context.Context) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextXID, nil
+}
+
 // deadOrder is the listing order: newest parked first, then by id.
 func deadOrder(a, b *outbox.DeadLetter) int {
 	if c := b.ParkedAt.Compare(a.ParkedAt); c != 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // The outbox tables, created by the 0003_outbox migration.
@@ -593,6 +595,15 @@ func (s *OutboxStore) State(ctx context.Context) (map[string]string, error) {
 		return nil, outboxError("state", err)
 	}
 	return state, nil
+}
+
+// NextXID implements outbox.Store in one statement.
+func (s *OutboxStore) NextXID(ctx context.Context) (uint64, error) {
+	var next string
+	if err := s.pool.QueryRow(ctx, pgrules.NextXIDSQL).Scan(&next); err != nil {
+		return 0, outboxError("read the transaction counter", err)
+	}
+	return strconv.ParseUint(next, 10, 64)
 }
 
 // ListDead implements outbox.Store in one statement. A page that comes back

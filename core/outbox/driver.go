@@ -136,6 +136,10 @@ type walker struct {
 	// stored stamps were folded into it.
 	h      health
 	merged bool
+	// checkCounter asks the next pass to compare the cursor with the
+	// transaction counter: after loading it, and whenever the walk has
+	// caught up (a restore in between would leave it ahead for good).
+	checkCounter bool
 }
 
 func (w *walker) load(ctx context.Context) error {
@@ -151,7 +155,7 @@ func (w *walker) load(ctx context.Context) error {
 		w.h.merge(storedHealth(st))
 		w.merged = true
 	}
-	w.cur, w.loaded = cur, true
+	w.cur, w.loaded, w.checkCounter = cur, true, true
 	return nil
 }
 
@@ -172,13 +176,32 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		return cfg.IdleDelay, false
 	}
 	now := time.Now()
+	if w.checkCounter {
+		next, err := cfg.Store.NextXID(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return 0, false
+			}
+			cfg.Logger.Warn("outbox: reading the transaction counter failed", "err", err)
+			return w.settleFailure(ctx, now, stopInfo{reason: "reading the transaction counter: " + err.Error()}, false)
+		case w.cur.XID >= next:
+			// Waiting cannot mend it: notify at once, and check again
+			// next pass, in case an operator repaired it meanwhile.
+			err := fmt.Errorf("%w: the cursor is at xid %d and the next xid of this database is %d; it was restored logically (pg_dump/pg_restore) from another cluster, and entries written since would never be delivered; repair it with `baton outbox rebase` (see docs/outbox.md, Logical restore)",
+				ErrCursorAhead, w.cur.XID, next)
+			cfg.Logger.Error("outbox: refusing to walk", "err", err)
+			return w.settleFailure(ctx, now, stopInfo{reason: err.Error()}, true)
+		}
+		w.checkCounter = false
+	}
 	entries, err := cfg.Store.Scan(ctx, w.cur, cfg.BatchSize)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, false
 		}
 		cfg.Logger.Warn("outbox: scan failed", "err", err)
-		return w.settleFailure(ctx, now, stopInfo{reason: "scan: " + err.Error()})
+		return w.settleFailure(ctx, now, stopInfo{reason: "scan: " + err.Error()}, false)
 	}
 
 	to := w.cur
@@ -287,6 +310,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		return cfg.ErrorDelay, false
 	}
 	w.h, w.cur = next, to
+	w.checkCounter = len(entries) < cfg.BatchSize
 
 	switch {
 	case stop != nil && stop.retryAfter > 0:
@@ -301,12 +325,13 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 }
 
 // settleFailure records a failed pass that delivered nothing (the scan
-// itself failed) without moving the cursor.
-func (w *walker) settleFailure(ctx context.Context, now time.Time, s stopInfo) (time.Duration, bool) {
+// itself failed, or the walk was refused) without moving the cursor;
+// atOnce raises the stuck notice without waiting for StuckAfter.
+func (w *walker) settleFailure(ctx context.Context, now time.Time, s stopInfo, atOnce bool) (time.Duration, bool) {
 	d := w.d
 	next := w.h
 	next.fail(now, s.entry, s.reason, false)
-	d.notifyStuck(ctx, &next, now, false)
+	d.notifyStuck(ctx, &next, now, atOnce)
 	w.h = next // a failure whether or not it can be stored
 	if !w.trusted("settling") {
 		return 0, true

@@ -1250,3 +1250,40 @@ func TestRetention_ASweepStopsWhenItsBudgetIsSpentAndTheNextGoesOn(t *testing.T)
 		}
 	})
 }
+
+// After a logical restore into another cluster the stored cursor is above
+// every xid the new cluster hands out: new entries would sort below it and
+// the walk would never reach them. The driver refuses to walk, says why,
+// and raises the stuck notice at once (waiting cannot mend it).
+func TestDriver_RefusesToWalkWhenTheStoredCursorIsAheadOfTheTransactionCounter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		restored := outbox.Cursor{XID: 5<<32 + 1234, ID: outbox.NewID()}
+		if err := r.store.Settle(context.Background(), outbox.Settlement{To: restored}); err != nil {
+			t.Fatal(err)
+		}
+		r.commit("a")
+		rec := &recorder{lane: "a"}
+		r.run(r.config(rec))
+		synctest.Wait()
+		n := r.notes.of(outbox.NoticeStuck)
+		if len(n) != 1 || !strings.Contains(n[0].LastError, "ahead of") || !strings.Contains(n[0].LastError, "baton outbox rebase") {
+			t.Fatalf("stuck notices %+v; want one at once, saying the cursor is ahead of the transaction counter and how to repair it", n)
+		}
+		time.Sleep(20 * time.Minute)
+		synctest.Wait()
+		if c := rec.calls(); c != 0 {
+			t.Fatalf("the driver delivered %d runs from a cursor ahead of the transaction counter", c)
+		}
+		st := r.state()
+		if !strings.Contains(st[outbox.KeyLastError], "ahead of") || st[outbox.KeyFirstStuckAt] == "" {
+			t.Fatalf("state %v; want the refusal recorded as a failing streak", st)
+		}
+		if c := r.cursor(); c != restored {
+			t.Fatalf("the cursor moved to %v", c)
+		}
+		if n := r.notes.of(outbox.NoticeStuck); len(n) != 2 {
+			t.Fatalf("%d stuck notices in 20 minutes, want 2 (throttled to one per 15 minutes)", len(n))
+		}
+	})
+}

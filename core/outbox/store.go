@@ -23,6 +23,15 @@ var (
 	// requeued before; its RequeuedAs names the entry it became.
 	ErrAlreadyRequeued = errors.New("baton/outbox: dead letter already requeued")
 
+	// ErrCursorAhead is why the driver refuses to walk when the stored
+	// cursor is at or above the database's transaction counter
+	// (Store.NextXID): impossible in a healthy database, it is what a
+	// logical restore (pg_dump/pg_restore) into another cluster leaves
+	// behind. Entries written since sort below the cursor and would never
+	// be delivered. The driver records it as a failing pass and raises the
+	// stuck notice at once; `baton outbox rebase` repairs it.
+	ErrCursorAhead = errors.New("baton/outbox: the stored cursor is ahead of the database's transaction counter")
+
 	// ErrInvalidSettlement is returned (wrapped, with the reason) by
 	// ValidateSettlement and every adapter's Settle for a settlement that
 	// must not be written; nothing is written. The driver never builds one:
@@ -130,6 +139,14 @@ type Store interface {
 
 	// State returns every state key that has a value.
 	State(ctx context.Context) (map[string]string, error)
+
+	// NextXID returns the transaction counter: the xid the next
+	// transaction to write will get, above the xid of every entry
+	// committed so far (PostgreSQL: pg_snapshot_xmax of the current
+	// snapshot). A stored cursor at or above it cannot come from this
+	// database: it was restored logically from another cluster, and the
+	// driver refuses to walk (ErrCursorAhead).
+	NextXID(ctx context.Context) (uint64, error)
 
 	// ListDead lists dead letters without payloads, newest parked first.
 	ListDead(ctx context.Context, opts ListOptions) ([]DeadLetter, error)
