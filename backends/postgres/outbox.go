@@ -181,6 +181,8 @@ type outboxStatements struct {
 	requeue        string
 	deleteDone     string
 	deleteRequeued string
+	rebaseCount    string
+	rebaseMove     string
 }
 
 func newOutboxStatements(schema string) outboxStatements {
@@ -207,6 +209,8 @@ FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 		requeue:        outboxRequeueSQL(t, d),
 		deleteDone:     outboxDeleteDeliveredSQL(t),
 		deleteRequeued: outboxDeleteRequeuedSQL(d),
+		rebaseCount:    outboxRebaseSQL(t, false),
+		rebaseMove:     outboxRebaseSQL(t, true),
 	}
 }
 

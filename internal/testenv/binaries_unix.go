@@ -42,73 +42,113 @@ const (
 const postgresVersionDirs = "/usr/lib/postgresql/*/bin"
 
 func startPostgresBinaries() (running, error) {
-	initdb, postgres, err := postgresBinaries()
+	c, err := initCluster()
 	if err != nil {
 		return running{}, err
+	}
+	url, p, err := c.launch()
+	if err != nil {
+		os.RemoveAll(c.dir)
+		return running{}, err
+	}
+	return running{
+		srv:  server{addr: url, tier: tierThrowaway, pid: p.pid(), dir: c.dir},
+		stop: func() error { return p.stopAndRemove(c.dir) },
+	}, nil
+}
+
+// cluster is a data directory made by initdb, and the binaries of the
+// installation that made it.
+type cluster struct {
+	bin  string // the installation's bin directory, postgres's
+	dir  string // the temporary directory holding data and the log
+	data string
+	cred *syscall.Credential // the server's user; nil for this process's
+}
+
+// initCluster creates a cluster in a fresh temporary directory.
+func initCluster() (*cluster, error) {
+	initdb, postgres, err := postgresBinaries()
+	if err != nil {
+		return nil, err
 	}
 	cred, err := serverCredential()
 	if err != nil {
-		return running{}, err
+		return nil, err
 	}
 	dir, err := serverDir("pg", cred)
 	if err != nil {
-		return running{}, err
+		return nil, err
 	}
-	data := filepath.Join(dir, "data")
-
-	init := exec.Command(initdb, "--pgdata="+data, "--username=postgres", "--auth=trust",
-		"--encoding=UTF8", "--locale=C", "--no-sync")
-	init.Dir = dir
-	init.SysProcAttr = procAttr(cred, 0)
-	if out, err := init.CombinedOutput(); err != nil {
+	// The other tools live beside the real postgres binary, not beside a
+	// link to it on PATH.
+	if real, err := filepath.EvalSymlinks(postgres); err == nil {
+		postgres = real
+	}
+	c := &cluster{bin: filepath.Dir(postgres), dir: dir, data: filepath.Join(dir, "data"), cred: cred}
+	if out, err := c.run(initdb, "--pgdata="+c.data, "--username=postgres", "--auth=trust",
+		"--encoding=UTF8", "--locale=C", "--no-sync"); err != nil {
 		os.RemoveAll(dir)
-		return running{}, fmt.Errorf("%s: %v%s", initdb, err, tailSection("initdb output", string(out)))
+		return nil, fmt.Errorf("%s: %v%s", initdb, err, tailSection("initdb output", string(out)))
 	}
+	return c, nil
+}
 
+// tool runs one of the installation's programs (pg_resetwal, pg_dump, …)
+// as the cluster's owner: server tools refuse to run as anyone else.
+func (c *cluster) tool(name string, args ...string) ([]byte, error) {
+	return c.run(filepath.Join(c.bin, name), args...)
+}
+
+func (c *cluster) run(path string, args ...string) ([]byte, error) {
+	cmd := exec.Command(path, args...)
+	cmd.Dir = c.dir
+	cmd.SysProcAttr = procAttr(c.cred, 0)
+	return cmd.CombinedOutput()
+}
+
+// launch starts the cluster's server on a free port of 127.0.0.1 and
+// waits until it accepts connections.
+func (c *cluster) launch() (url string, p *proc, err error) {
+	postgres := filepath.Join(c.bin, "postgres")
 	// PostgreSQL limits a socket path to about 100 bytes; without a socket
 	// directory it listens on TCP only, which is all the tests use.
-	sockets := dir
-	if len(dir)+len("/.s.PGSQL.65535") >= 100 {
+	sockets := c.dir
+	if len(c.dir)+len("/.s.PGSQL.65535") >= 100 {
 		sockets = ""
 	}
-	logPath := filepath.Join(dir, "postgres.log")
+	logPath := filepath.Join(c.dir, "postgres.log")
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			os.RemoveAll(dir)
-			return running{}, err
+			return "", nil, err
 		}
-		cmd := exec.Command(postgres, "-D", data, "-p", strconv.Itoa(port),
+		cmd := exec.Command(postgres, "-D", c.data, "-p", strconv.Itoa(port),
 			"-c", "listen_addresses=127.0.0.1",
 			"-c", "unix_socket_directories="+sockets,
 			"-c", "fsync=off",
 			"-c", "synchronous_commit=off",
 			"-c", "full_page_writes=off",
 			"-c", "max_connections=200")
-		cmd.Dir = dir
+		cmd.Dir = c.dir
 		// SIGQUIT is PostgreSQL's immediate shutdown: the postmaster takes
 		// its backends down with it.
-		cmd.SysProcAttr = procAttr(cred, syscall.SIGQUIT)
+		cmd.SysProcAttr = procAttr(c.cred, syscall.SIGQUIT)
 		url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 		p, err := launchLogged(cmd, logPath, syscall.SIGINT) // SIGINT: fast shutdown
 		if err != nil {
-			os.RemoveAll(dir)
-			return running{}, fmt.Errorf("%s: %w", postgres, err)
+			return "", nil, fmt.Errorf("%s: %w", postgres, err)
 		}
 		err = p.waitReady(postgresStartTimeout, func(ctx context.Context) error { return pingPostgresCtx(ctx, url) })
 		if err == nil {
-			return running{
-				srv:  server{addr: url, tier: tierThrowaway, pid: p.pid(), dir: dir},
-				stop: func() error { return p.stopAndRemove(dir) },
-			}, nil
+			return url, p, nil
 		}
 		p.stop()
 		tail := logTail(logPath)
 		if attempt < 3 && strings.Contains(tail, "already in use") {
 			continue // lost the port to someone else between choosing and binding it
 		}
-		os.RemoveAll(dir)
-		return running{}, fmt.Errorf("%s on port %d: %v%s", postgres, port, err, tailSection("server log", tail))
+		return "", nil, fmt.Errorf("%s on port %d: %v%s", postgres, port, err, tailSection("server log", tail))
 	}
 }
 

@@ -138,6 +138,17 @@ func unavailable(t testing.TB, what string, err error, env string) {
 	t.Skip(msg)
 }
 
+// noCluster skips a test that needs a cluster of its own (fails it when
+// CI is set).
+func noCluster(t testing.TB, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("no throwaway PostgreSQL cluster for this test: %v\nInstall initdb and postgres (on PATH or under %s).", err, "/usr/lib/postgresql/*/bin")
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
 // Tier names, in the default search order.
 const (
 	tierEnv       = "env"
