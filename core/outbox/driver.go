@@ -67,8 +67,9 @@ func (d *Driver) leaderLoop(ctx context.Context) {
 
 // lead walks the outbox until ctx ends, the lock is lost, or another
 // leader's settlement shows this one was deposed.
-func (d *Driver) lead(ctx context.Context, lk lock.Lock) {
-	ctx, cancel := context.WithCancel(ctx)
+func (d *Driver) lead(parent context.Context, lk lock.Lock) {
+	// Every call under this term carries the term's fencing token.
+	ctx, cancel := context.WithCancel(WithFencingToken(parent, lk.Token()))
 	defer cancel()
 	go func() { // owned: ends with ctx, which lead cancels on return
 		select {
@@ -78,7 +79,6 @@ func (d *Driver) lead(ctx context.Context, lk lock.Lock) {
 		}
 	}()
 
-	ctx = WithFencingToken(ctx, lk.Token())
 	w := &walker{d: d, lk: lk}
 	for ctx.Err() == nil {
 		if !w.loaded {
