@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // ErrRebaseNotNeeded is returned by Rebase when the stored cursor is below
@@ -47,36 +48,81 @@ type RebaseResult struct {
 }
 
 // outboxRebaseSQL classifies the entries of the quoted outbox table t for
-// a rebase and either counts them per group (move false) or gives them
-// their new xids (move true). Parameters: $1/$2 the stored cursor, $3 the
-// transaction counter; with move, $4 the base xid.
+// a rebase and either counts them (move false) or gives them their new xids
+// (move true). Parameter: $1/$2 the stored cursor. Both answer one row:
+// how many entries are in groups 0, 1 and 2, how many slots groups 1 and 2
+// take, and the statement's horizon (decimal text).
 //
-// Groups: 0 restored and at or below the cursor (delivered), 1 restored
-// and above it (pending), 2 below the counter (written here). Groups 1 and
-// 2 take consecutive slots in (group, xid) order, one per distinct xid,
-// so entries of one transaction keep sharing an xid and keep their id
-// order; group 0 takes slot 0. An entry's new xid is base + slot, and the
-// new cursor is (base, the largest id): everything delivered is at or
-// below it, everything else above, in the order it had.
+// Everything is judged against the statement's own snapshot: the counter
+// (pg_snapshot_xmax) splits entries written here (group 2, xids below it)
+// from restored ones, which the cursor splits into delivered (group 0) and
+// pending (group 1); and the horizon (pg_snapshot_xmin, the oldest xid
+// still running) bounds the new xids, so no transaction running now or
+// later can write below one. Groups 1 and 2 take consecutive slots in
+// (group, xid) order, one per distinct xid, so the entries of one
+// transaction keep sharing an xid and keep their id order; group 0 takes
+// slot 0. An entry's new xid is base + slot with base = horizon - 1 - slots:
+// the new cursor (base, the largest id) has everything delivered at or
+// below it and everything else above it, in the order it had. Where there
+// is no room (base below 1) the move changes nothing and answers zeros.
 func outboxRebaseSQL(t string, move bool) string {
-	classified := `WITH classified AS (
-    SELECT ctid AS row, xid,
-           CASE WHEN xid < $3::xid8 THEN 2
-                WHEN (xid, id) <= ($1::xid8, $2::uuid) THEN 0
+	q := `WITH snap AS (
+    SELECT pg_snapshot_xmax(pg_current_snapshot()) AS next,
+           pg_snapshot_xmin(pg_current_snapshot())::text::numeric AS horizon
+), classified AS (
+    SELECT o.ctid AS row, o.xid,
+           CASE WHEN o.xid < snap.next THEN 2
+                WHEN (o.xid, o.id) <= ($1::xid8, $2::uuid) THEN 0
                 ELSE 1 END AS grp
-    FROM ` + t + `
+    FROM ` + t + ` AS o, snap
 ), ranked AS (
     SELECT row, grp,
            CASE WHEN grp = 0 THEN 0 ELSE dense_rank() OVER (PARTITION BY grp = 0 ORDER BY grp, xid) END AS slot
     FROM classified
+), sized AS (
+    SELECT row, grp, slot, max(slot) OVER () AS slots FROM ranked
 )`
-	if !move {
-		return classified + `
-SELECT grp, count(*), max(slot) FROM ranked GROUP BY grp`
+	from := "sized"
+	if move {
+		q += `, moved AS (
+    UPDATE ` + t + ` AS o SET xid = (snap.horizon - 1 - s.slots + s.slot)::text::xid8
+    FROM sized AS s, snap
+    WHERE o.ctid = s.row AND snap.horizon - 1 - s.slots >= 1
+    RETURNING s.grp, s.slot, s.slots
+)`
+		from = "moved"
 	}
-	return classified + `
-UPDATE ` + t + ` AS o SET xid = ($4::text::numeric + r.slot)::text::xid8
-FROM ranked AS r WHERE o.ctid = r.row`
+	return q + `
+SELECT count(*) FILTER (WHERE grp = 0), count(*) FILTER (WHERE grp = 1), count(*) FILTER (WHERE grp = 2),
+       coalesce(max(slots), 0), (SELECT horizon FROM snap)::text
+FROM ` + from
+}
+
+// rebaseStep runs the count or the move and fills res from its answer:
+// the groups, the slots, and the new cursor below the horizon.
+func (s *OutboxStore) rebaseStep(ctx context.Context, tx pgx.Tx, query string, res *RebaseResult) error {
+	var (
+		slots   uint64
+		horizon string
+	)
+	if err := tx.QueryRow(ctx, query, res.Cursor.XID, [16]byte(res.Cursor.ID)).
+		Scan(&res.Delivered, &res.Pending, &res.Written, &slots, &horizon); err != nil {
+		return outboxError("rebase: renumber the entries", err)
+	}
+	xmin, err := strconv.ParseUint(horizon, 10, 64)
+	if err != nil {
+		return fmt.Errorf("baton/postgres: outbox rebase: the horizon %q: %w", horizon, err)
+	}
+	res.Transactions = int(slots)
+	if xmin < slots+2 {
+		return fmt.Errorf("%w: the entries need %d xids below the oldest running transaction (%d); end older transactions, or run that many transactions first to move the counter on",
+			ErrRebaseNoRoom, slots+1, xmin)
+	}
+	res.NewCursor = outbox.Cursor{XID: xmin - 1 - slots}
+	for i := range res.NewCursor.ID {
+		res.NewCursor.ID[i] = 0xff
+	}
+	return nil
 }
 
 // Rebase repairs an outbox restored logically (pg_dump/pg_restore) into
@@ -91,15 +137,13 @@ FROM ranked AS r WHERE o.ctid = r.row`
 // With dryRun it computes and returns the same figures and writes nothing.
 // A cursor below the counter is ErrRebaseNotNeeded, and nothing changes.
 //
-// It runs in REPEATABLE READ, so it counts and renumbers the same entries
-// however producers commit meanwhile, and locks the cursor keys as a
-// settlement does: a driver settling at the same time waits, then finds
-// the cursor moved and reads it again. A concurrent change to the same rows
-// (retention deleting some) aborts it with a serialization failure; run it
-// again.
+// It locks the cursor keys first, as a settlement does: a driver settling
+// at the same time waits, then finds the cursor moved and reads it again.
+// The renumbering is one statement, judged against its own snapshot, so
+// producers committing meanwhile are renumbered or walk after, never lost.
 func (s *OutboxStore) Rebase(ctx context.Context, dryRun bool) (RebaseResult, error) {
 	res := RebaseResult{DryRun: dryRun}
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return res, outboxError("rebase: begin", err)
 	}
@@ -126,66 +170,34 @@ func (s *OutboxStore) Rebase(ctx context.Context, dryRun bool) (RebaseResult, er
 	if res.Cursor, err = outbox.CursorFromState(stored); err != nil {
 		return res, fmt.Errorf("baton/postgres: outbox rebase: the stored cursor is unreadable: %w", err)
 	}
-
-	// The transaction's snapshot: the counter and the oldest xid still
-	// running when it was taken.
-	var next, horizon string
-	if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text, pg_snapshot_xmin(pg_current_snapshot())::text`).
-		Scan(&next, &horizon); err != nil {
+	var next string
+	if err := tx.QueryRow(ctx, pgrules.NextXIDSQL).Scan(&next); err != nil {
 		return res, outboxError("rebase: read the transaction counter", err)
 	}
 	if res.NextXID, err = strconv.ParseUint(next, 10, 64); err != nil {
 		return res, fmt.Errorf("baton/postgres: outbox rebase: the counter %q: %w", next, err)
 	}
-	xmin, err := strconv.ParseUint(horizon, 10, 64)
-	if err != nil {
-		return res, fmt.Errorf("baton/postgres: outbox rebase: the horizon %q: %w", horizon, err)
-	}
 	if res.Cursor.XID < res.NextXID {
 		return res, fmt.Errorf("%w: the cursor is at xid %d, the next xid is %d", ErrRebaseNotNeeded, res.Cursor.XID, res.NextXID)
 	}
 
-	rows, err := tx.Query(ctx, s.sql.rebaseCount, res.Cursor.XID, [16]byte(res.Cursor.ID), res.NextXID)
-	if err != nil {
-		return res, outboxError("rebase: count the entries", err)
-	}
-	var (
-		grp, count int
-		maxSlot    uint64
-		slots      uint64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&grp, &count, &maxSlot}, func() error {
-		switch grp {
-		case 0:
-			res.Delivered = count
-		case 1:
-			res.Pending = count
-		default:
-			res.Written = count
-		}
-		slots = max(slots, maxSlot)
-		return nil
-	}); err != nil {
-		return res, outboxError("rebase: count the entries", err)
-	}
-	res.Transactions = int(slots)
-	// Slots 0..slots go to base..base+slots, all below the horizon, so no
-	// transaction running now or later writes below one of them.
-	if xmin < slots+2 {
-		return res, fmt.Errorf("%w: the entries need %d xids below the oldest running transaction (%d); end older transactions, or run that many transactions first to move the counter on",
-			ErrRebaseNoRoom, slots+1, xmin)
-	}
-	base := xmin - 1 - slots
-	res.NewCursor = outbox.Cursor{XID: base}
-	for i := range res.NewCursor.ID {
-		res.NewCursor.ID[i] = 0xff
+	// Count first: the dry run's answer, and the check that there is room.
+	if err := s.rebaseStep(ctx, tx, s.sql.rebaseCount, &res); err != nil {
+		return res, err
 	}
 	if dryRun {
 		return res, nil
 	}
-
-	if _, err := tx.Exec(ctx, s.sql.rebaseMove, res.Cursor.XID, [16]byte(res.Cursor.ID), res.NextXID, strconv.FormatUint(base, 10)); err != nil {
-		return res, outboxError("rebase: renumber the entries", err)
+	counted := res.Delivered + res.Pending + res.Written
+	// The move judges against a snapshot of its own, so it may find more
+	// entries (producers committed meanwhile); its figures are the ones
+	// that hold. With no room left it moves nothing.
+	if err := s.rebaseStep(ctx, tx, s.sql.rebaseMove, &res); err != nil {
+		return res, err
+	}
+	if counted > 0 && res.Delivered+res.Pending+res.Written == 0 {
+		return res, fmt.Errorf("%w: entries committed since the count need more xids than lie below the oldest running transaction; run it again",
+			ErrRebaseNoRoom)
 	}
 	keys, values, remove := settlementState(outbox.Settlement{To: res.NewCursor})
 	if _, err := tx.Exec(ctx, s.sql.writeState, keys, values, remove); err != nil {

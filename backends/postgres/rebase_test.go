@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
 )
@@ -140,4 +142,52 @@ func entryIDs(es []outbox.Entry) []outbox.ID {
 		out[i] = e.ID
 	}
 	return out
+}
+
+// On a fresh cluster only a few hundred xids lie below the horizon; an
+// outbox with more undelivered transactions than that cannot be renumbered
+// in order, and the rebase refuses without changing anything.
+func TestRebase_RefusesWhenTooFewXIDsLieBelowTheHorizon(t *testing.T) {
+	c := testenv.NewCluster(t)
+	ctx := testContext(t)
+	pool, err := pgxpool.New(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	mustMigrate(t, ctx, pool, MigrateOptions{})
+	st := mustOutboxStore(t, pool, OutboxStoreOptions{})
+	next, err := st.NextXID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One entry per restored transaction, more transactions than xids
+	// below this cluster's counter.
+	if _, err := pool.Exec(ctx, `INSERT INTO baton_outbox (xid, id, lane, payload)
+SELECT ((5::numeric * 4294967296) + g)::text::xid8, gen_random_uuid(), 'l', '{}' FROM generate_series(1, $1::int) AS g`, int(next)+100); err != nil {
+		t.Fatal(err)
+	}
+	cursor := outbox.Cursor{XID: 5 << 32}
+	if err := st.Settle(ctx, outbox.Settlement{To: cursor}); err != nil {
+		t.Fatal(err)
+	}
+	var before string
+	if err := pool.QueryRow(ctx, `SELECT string_agg(xid::text, ',' ORDER BY id) FROM baton_outbox`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	for _, dry := range []bool{true, false} {
+		if _, err := st.Rebase(ctx, dry); !errors.Is(err, ErrRebaseNoRoom) {
+			t.Fatalf("Rebase(dry run %v) of %d transactions with %d xids below the horizon: err = %v, want ErrRebaseNoRoom", dry, next+100, next, err)
+		}
+	}
+	var after string
+	if err := pool.QueryRow(ctx, `SELECT string_agg(xid::text, ',' ORDER BY id) FROM baton_outbox`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Fatal("a refused rebase renumbered entries")
+	}
+	if got, err := outbox.CursorFromState(mustState(t, ctx, st)); err != nil || got != cursor {
+		t.Fatalf("a refused rebase moved the cursor to %v (%v)", got, err)
+	}
 }
