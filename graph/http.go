@@ -32,6 +32,14 @@ const (
 // leader change; the same key tells it the request was already applied.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
+// FencingTokenHeader carries the outbox leader's fencing token, in
+// decimal, on every lane request sent under a leader that has one
+// (outbox.FencingToken). An engine that fences refuses a token lower than
+// the highest it has seen with 409 and this header holding that highest
+// token; the processor then reports outbox.ErrFenced instead of parking,
+// and the deposed leader steps down. See docs/graph-engine-api.md.
+const FencingTokenHeader = "Baton-Fencing-Token"
+
 // The request paths, relative to the engine's base URL. The two lane paths
 // are the engine's; the others are baton's contract for them (see
 // docs/graph-engine-api.md). Braces mark path segments, which are escaped.

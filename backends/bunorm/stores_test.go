@@ -59,6 +59,13 @@ func TestMapError_TurnsRefusalsIntoCoreSentinels(t *testing.T) {
 	if err := mapError(areaOutbox, "insert", err); !errors.Is(err, outbox.ErrInvalidEntry) {
 		t.Errorf("a long lane refused by the table: %v; want outbox.ErrInvalidEntry", err)
 	}
+	_, err = db.NewRaw(`INSERT INTO baton_outbox_state (key, value) VALUES ('k', convert_from('\xff'::bytea, 'UTF8'))`).Exec(ctx)
+	if sqlState(err) != "22021" {
+		t.Fatalf("an invalid UTF-8 state value: err = %v, want SQLSTATE 22021", err)
+	}
+	if err := mapError(areaSettle, "write state", err); !errors.Is(err, outbox.ErrInvalidSettlement) || errors.Is(err, outbox.ErrInvalidEntry) {
+		t.Errorf("a state value refused in a settlement: %v; want outbox.ErrInvalidSettlement, not outbox.ErrInvalidEntry", err)
+	}
 	st := mustOutboxStore(t, db, OutboxStoreOptions{})
 	if _, err := st.GetDead(ctx, outbox.NewID()); !errors.Is(err, outbox.ErrNotFound) {
 		t.Errorf("GetDead of an unknown id: %v; want outbox.ErrNotFound", err)

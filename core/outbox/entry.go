@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/baton-go/baton/core/internal/name"
 	"github.com/baton-go/baton/core/internal/uuid"
@@ -23,10 +24,13 @@ var NilID ID
 // and every adapter's Enqueue for an entry that must not be written.
 var ErrInvalidEntry = errors.New("baton/outbox: invalid entry")
 
-// ErrIDInUse is returned (wrapped) by an adapter's Enqueue for an id that a
-// dead letter already has: a second entry with it could never be parked
-// (the dead letters are keyed by id), and would stall the walk.
-var ErrIDInUse = errors.New("baton/outbox: the id belongs to a dead letter")
+// ErrIDInUse is returned (wrapped) by an adapter's Enqueue for an id that
+// an entry or a dead letter already has. The id is the destination's
+// idempotency key, so a second entry with it would be taken for a repeat;
+// and two dead letters cannot share it. When the id's own entry is being
+// parked at that moment, Enqueue is refused just the same: an id is never
+// free between an entry and its dead letter.
+var ErrIDInUse = errors.New("baton/outbox: the id is in use by an entry or a dead letter")
 
 // MaxLaneLength bounds a lane name, in bytes.
 const MaxLaneLength = 128
@@ -122,7 +126,8 @@ func (c Cursor) IsZero() bool { return c == Cursor{} }
 
 // ValidateEntry is the rule every adapter's Enqueue applies before writing:
 // a non-nil id, a lane of 1–128 bytes of UTF-8 without NUL, and a payload
-// of at most MaxPayloadBytes that is one valid JSON value.
+// of at most MaxPayloadBytes that is one valid JSON value, in UTF-8,
+// without the escape \u0000.
 func ValidateEntry(id ID, lane string, payload []byte) error {
 	if id.IsNil() {
 		return fmt.Errorf("%w: the id is the nil UUID; use outbox.NewID()", ErrInvalidEntry)
@@ -139,6 +144,11 @@ func ValidateEntry(id ID, lane string, payload []byte) error {
 	}
 	if !json.Valid(payload) {
 		return fmt.Errorf("%w: the payload is not valid JSON", ErrInvalidEntry)
+	}
+	if !utf8.Valid(payload) {
+		// encoding/json lets invalid UTF-8 through inside strings; jsonb
+		// refuses it.
+		return fmt.Errorf("%w: the payload is not valid UTF-8", ErrInvalidEntry)
 	}
 	if hasNULEscape(payload) {
 		// Valid JSON, but PostgreSQL's jsonb cannot hold a NUL character.

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -160,8 +161,12 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 	if p.opts.Namespace != "" {
 		key = KeyIn(p.opts.Namespace, name)
 	}
-	var token int64
+	var (
+		token   int64
+		started time.Time
+	)
 	err = lock.WaitFor(ctx, opts.Wait, p.opts.Backoff, func(ctx context.Context) (bool, <-chan struct{}, error) {
+		started = time.Now()
 		err := conn.QueryRow(ctx, p.acquireSQL, key, name).Scan(&token)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil, nil
@@ -183,6 +188,7 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 		name:  name,
 		key:   key,
 		token: uint64(token),
+		base:  started,
 		conn:  conn,
 		lost:  make(chan struct{}),
 		stop:  make(chan struct{}),
@@ -208,6 +214,12 @@ type Lock struct {
 	key   int64
 	token uint64
 
+	// base is when the acquiring statement started (monotonic); checked
+	// is when the last successful connection check started, as an offset
+	// from base. Trusted reads them without a lock.
+	base    time.Time
+	checked atomic.Int64
+
 	mu      sync.Mutex // serialises use of conn
 	conn    *pgxpool.Conn
 	lostMu  sync.Mutex
@@ -229,6 +241,27 @@ func (l *Lock) Token() uint64 { return l.token }
 
 // Lost implements lock.Lock.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+// trustedChecks is how many PingIntervals may pass since the start of the
+// last successful connection check before Trusted says no. A check starts
+// every interval and may take one; the third absorbs timer and scheduling
+// delays, so a healthy lock is never reported untrusted. A process that
+// was paused longer cannot know whether the server still has its session,
+// and Trusted is false until the next check succeeds.
+const trustedChecks = 3
+
+// Trusted implements lock.Lock: Lost is open and a connection check
+// succeeded recently (trustedChecks). Unlike a TTL lock, an advisory lock
+// lives as long as its session, so a check that succeeds after a pause
+// makes it trusted again: the session held the lock throughout.
+func (l *Lock) Trusted() bool {
+	select {
+	case <-l.lost:
+		return false
+	default:
+	}
+	return time.Since(l.base)-time.Duration(l.checked.Load()) < trustedChecks*l.p.opts.PingInterval
+}
 
 // markLost closes Lost once, remembering why. It reports whether this call
 // closed it.
@@ -255,9 +288,13 @@ func (l *Lock) watch() {
 		case <-t.C:
 		}
 		l.mu.Lock()
+		start := time.Since(l.base)
 		ctx, cancel := context.WithTimeout(context.Background(), l.p.opts.PingInterval)
 		err := l.conn.Ping(ctx)
 		cancel()
+		if err == nil {
+			l.checked.Store(int64(start))
+		}
 		if err != nil {
 			// The session is gone or unresponsive: the server will (or did)
 			// drop the lock, so stop trusting it now and close our side.

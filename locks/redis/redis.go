@@ -268,6 +268,10 @@ func (l *Lock) Token() uint64 { return l.token }
 // Lost implements lock.Lock.
 func (l *Lock) Lost() <-chan struct{} { return l.ka.Lost() }
 
+// Trusted implements lock.Lock: the keepalive's trust window, read on the
+// monotonic clock.
+func (l *Lock) Trusted() bool { return l.ka.Trusted() }
+
 // Release implements lock.Lock. It stops trusting the lock first, then
 // deletes the key only if it still holds this acquisition's value.
 func (l *Lock) Release(ctx context.Context) error {
