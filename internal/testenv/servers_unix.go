@@ -90,7 +90,11 @@ func (s *PostgresServer) DataDir() string { return filepath.Join(s.c.dir, "data"
 // pg_restore, psql, …) with args, as the owner of the data directory, and
 // returns its combined output; an error includes that output.
 func (s *PostgresServer) Tool(name string, args ...string) ([]byte, error) {
-	path := filepath.Join(filepath.Dir(s.c.postgres), name)
+	bin := s.c.postgres
+	if real, err := filepath.EvalSymlinks(bin); err == nil {
+		bin = real // the installation's own directory, where its tools are
+	}
+	path := filepath.Join(filepath.Dir(bin), name)
 	cmd := exec.Command(path, args...)
 	cmd.Dir = s.c.dir
 	cmd.SysProcAttr = procAttr(s.c.cred, 0)
