@@ -23,7 +23,7 @@ const watchRetryDelay = time.Second
 type Manager struct {
 	cfg   Config
 	store Store
-	base  time.Time // monotonic origin of every lease's validUntil
+	base  time.Time // monotonic origin of every lease's trust end
 	reg   *Registry
 
 	beatMu sync.Mutex // one heartbeat or release at a time
@@ -276,7 +276,7 @@ func (m *Manager) heartbeat(ctx context.Context) {
 	}
 	for _, l := range leases {
 		rec, found := byRole[l.role]
-		was := l.validUntil.Load() != 0
+		was := l.term.Load() != nil
 		l.apply(rec, found, start)
 		if now := rec.Held && found; now != was {
 			m.cfg.Logger.Info("role changed", "role", l.role, "held", now, "token", rec.Token, "holder", rec.Holder)
