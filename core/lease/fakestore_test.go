@@ -18,6 +18,9 @@ type fakeStore struct {
 	calls   map[string]int
 	failing map[string]bool
 	hanging map[string]chan struct{}
+	// blackholed counts, per holder, the next heartbeats that hang until
+	// their context ends, as a lost packet does.
+	blackholed map[string]int
 }
 
 func newFakeStore() *fakeStore {
@@ -26,6 +29,7 @@ func newFakeStore() *fakeStore {
 		calls:      map[string]int{},
 		failing:    map[string]bool{},
 		hanging:    map[string]chan struct{}{},
+		blackholed: map[string]int{},
 	}
 }
 
@@ -50,6 +54,13 @@ func (s *fakeStore) hang(holder string) func() {
 		delete(s.hanging, holder)
 		close(ch)
 	}
+}
+
+// blackhole makes holder's next n heartbeats hang until their context ends.
+func (s *fakeStore) blackhole(holder string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.blackholed[holder] = n
 }
 
 func (s *fakeStore) heartbeats(holder string) int {
@@ -78,7 +89,15 @@ func (s *fakeStore) gate(ctx context.Context, holder string) error {
 func (s *fakeStore) Heartbeat(ctx context.Context, req lease.HeartbeatRequest) ([]lease.Record, error) {
 	s.mu.Lock()
 	s.calls[req.Holder]++
+	lost := s.blackholed[req.Holder] > 0
+	if lost {
+		s.blackholed[req.Holder]--
+	}
 	s.mu.Unlock()
+	if lost {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if err := s.gate(ctx, req.Holder); err != nil {
 		return nil, err
 	}

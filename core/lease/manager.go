@@ -230,8 +230,12 @@ func (m *Manager) heartbeatLoop(ctx context.Context) {
 		case <-m.wake:
 		default:
 		}
+		began := time.Now()
 		m.heartbeat(ctx)
-		t.Reset(m.cfg.RenewInterval)
+		// Due RenewInterval after this heartbeat began, not after it
+		// ended: one that hangs until its timeout (RenewInterval) must not
+		// push the next one back, or a single lost packet costs the term.
+		t.Reset(time.Until(began.Add(m.cfg.RenewInterval)))
 	}
 }
 
@@ -255,6 +259,7 @@ func (m *Manager) heartbeat(ctx context.Context) {
 		return
 	}
 	start := time.Since(m.base)
+	// It gives up when the next one is due, so that one starts on time.
 	hctx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
 	recs, err := m.store.Heartbeat(hctx, HeartbeatRequest{
 		Holder:        m.cfg.InstanceID,

@@ -147,6 +147,54 @@ func TestLease_IsHeldEndsOnItsOwnWhenHeartbeatsHang(t *testing.T) {
 	})
 }
 
+// With the default timings, one heartbeat that never answers (a lost
+// packet) must cost nothing: the next heartbeat is due RenewInterval after
+// the lost one started, and the lost one gives up by then, so the holder
+// renews its term before its trust runs out.
+func TestLease_DefaultTimingsSurviveOneHeartbeatThatNeverAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		m, err := lease.NewManager(lease.Config{Store: store, InstanceID: "solo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close(context.Background()) })
+		l := register(t, m, "maintenance")
+		start(t, m)
+		synctest.Wait()
+		time.Sleep(lease.DefaultRenewInterval / 2)
+		store.blackhole("solo", 1) // the next heartbeat is lost
+		began := time.Now()
+		for time.Since(began) < 4*lease.DefaultLeaseDuration {
+			if !l.IsHeld() {
+				t.Fatalf("not held %v after one heartbeat was lost", time.Since(began))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if l.Token() != 1 {
+			t.Fatalf("token %d after one lost heartbeat, want the first term (1) kept", l.Token())
+		}
+	})
+}
+
+// The next heartbeat counts from the start of the previous one, so a slow
+// store does not stretch the cadence.
+func TestManager_HeartbeatsStartEveryRenewIntervalHoweverLongTheyTake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		m := newManager(t, store, "a")
+		register(t, m, "maintenance")
+		start(t, m)
+		synctest.Wait()
+		store.blackhole("a", 3) // three heartbeats in a row run until their timeout
+		time.Sleep(5*testRenew - time.Millisecond)
+		synctest.Wait()
+		if got := store.heartbeats("a"); got != 5 {
+			t.Fatalf("%d heartbeats started in 5 intervals, want 5: a heartbeat that runs to its timeout delayed the next", got)
+		}
+	})
+}
+
 func TestManager_SuccessorTakesOverAfterTheHolderStopsHeartbeating(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newFakeStore()
@@ -259,10 +307,14 @@ func TestNewManager_RejectsUnsafeTimings(t *testing.T) {
 	store := newFakeStore()
 	for name, cfg := range map[string]lease.Config{
 		"lease not above renew+margin": {Store: store, LeaseDuration: 5 * time.Second, RenewInterval: 3 * time.Second, HeldSafetyMargin: 2 * time.Second},
-		"negative renew":               {Store: store, RenewInterval: -time.Second},
-		"negative margin":              {Store: store, HeldSafetyMargin: -time.Second},
-		"no store":                     {},
-		"instance id with NUL":         {Store: store, InstanceID: "a\x00b"},
+		// Above RenewInterval + HeldSafetyMargin, but one failed heartbeat
+		// would end the trust before the next could renew.
+		"no room for one failed heartbeat": {Store: store, LeaseDuration: 15 * time.Second, RenewInterval: 7 * time.Second, HeldSafetyMargin: 2 * time.Second},
+		"exactly two intervals of trust":   {Store: store, LeaseDuration: 12 * time.Second, RenewInterval: 5 * time.Second, HeldSafetyMargin: 2 * time.Second},
+		"negative renew":                   {Store: store, RenewInterval: -time.Second},
+		"negative margin":                  {Store: store, HeldSafetyMargin: -time.Second},
+		"no store":                         {},
+		"instance id with NUL":             {Store: store, InstanceID: "a\x00b"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := lease.NewManager(cfg)
@@ -271,12 +323,18 @@ func TestNewManager_RejectsUnsafeTimings(t *testing.T) {
 			}
 		})
 	}
-	_, err := lease.NewManager(lease.Config{Store: store, LeaseDuration: 5 * time.Second, RenewInterval: 3 * time.Second, HeldSafetyMargin: 2 * time.Second})
+	_, err := lease.NewManager(lease.Config{Store: store, LeaseDuration: 15 * time.Second, RenewInterval: 7 * time.Second, HeldSafetyMargin: 2 * time.Second})
 	for _, field := range []string{"LeaseDuration", "RenewInterval", "HeldSafetyMargin"} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("error %q does not name %s", err, field)
 		}
 	}
+	// Just over two intervals of trust is enough.
+	m, err := lease.NewManager(lease.Config{Store: store, LeaseDuration: 12*time.Second + time.Millisecond, RenewInterval: 5 * time.Second, HeldSafetyMargin: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("LeaseDuration − HeldSafetyMargin just above 2 × RenewInterval: %v", err)
+	}
+	m.Close(context.Background())
 }
 
 func TestRegister_RejectsBadAndDuplicateRolesAndStartsNothing(t *testing.T) {
