@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/core/lease"
@@ -21,6 +22,13 @@ type fakeStore struct {
 	// blackholed counts, per holder, the next heartbeats that hang until
 	// their context ends, as a lost packet does.
 	blackholed map[string]int
+	// slow, per holder, makes the next heartbeat a statement that the
+	// store runs for that long and then commits, whether or not the caller
+	// still waits for it (a cancelled client does not stop the server).
+	slow map[string]time.Duration
+	// replyLost, per holder, makes the next heartbeat commit at once and
+	// its answer never arrive.
+	replyLost map[string]bool
 }
 
 func newFakeStore() *fakeStore {
@@ -30,6 +38,8 @@ func newFakeStore() *fakeStore {
 		failing:    map[string]bool{},
 		hanging:    map[string]chan struct{}{},
 		blackholed: map[string]int{},
+		slow:       map[string]time.Duration{},
+		replyLost:  map[string]bool{},
 	}
 }
 
@@ -63,6 +73,21 @@ func (s *fakeStore) blackhole(holder string, n int) {
 	s.blackholed[holder] = n
 }
 
+// slowStatement makes holder's next heartbeat take d at the store, and
+// commit then even if its caller gave up.
+func (s *fakeStore) slowStatement(holder string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slow[holder] = d
+}
+
+// loseReply makes holder's next heartbeat commit and never answer.
+func (s *fakeStore) loseReply(holder string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replyLost[holder] = true
+}
+
 func (s *fakeStore) heartbeats(holder string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -93,10 +118,36 @@ func (s *fakeStore) Heartbeat(ctx context.Context, req lease.HeartbeatRequest) (
 	if lost {
 		s.blackholed[req.Holder]--
 	}
+	slow, isSlow := s.slow[req.Holder]
+	delete(s.slow, req.Holder)
+	replyLost := s.replyLost[req.Holder]
+	delete(s.replyLost, req.Holder)
 	s.mu.Unlock()
-	if lost {
+	switch {
+	case lost:
 		<-ctx.Done()
 		return nil, ctx.Err()
+	case replyLost:
+		_, _ = s.LeaseStore.Heartbeat(ctx, req)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case isSlow:
+		type answer struct {
+			recs []lease.Record
+			err  error
+		}
+		done := make(chan answer, 1)
+		go func() {
+			time.Sleep(slow)
+			recs, err := s.LeaseStore.Heartbeat(context.WithoutCancel(ctx), req)
+			done <- answer{recs, err}
+		}()
+		select {
+		case a := <-done:
+			return a.recs, a.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	if err := s.gate(ctx, req.Holder); err != nil {
 		return nil, err

@@ -22,6 +22,9 @@ type Lease struct {
 	mu       sync.Mutex // orders apply and Close
 	closed   bool
 	claimTok uint64 // the term to renew at the next heartbeat; 0 for none
+	// unsure is set when the last heartbeat that carried this role failed:
+	// the store may have acted on it, so claimTok may be out of date.
+	unsure bool
 }
 
 // term is one held term as this instance trusts it.
@@ -79,7 +82,10 @@ func (l *Lease) CurrentHolderAddress() string { return l.holder.Load().address }
 
 // Close stops claiming the role: IsHeld is false from the moment Close is
 // called, then the row is released so another instance can take over at
-// once. The role is removed from the manager's registry.
+// once. The role is removed from the manager's registry. A heartbeat in
+// flight is waited for (at most RenewInterval, or until ctx ends), so a
+// term it won is released too; when its answer never came, Close reads the
+// role's row and releases the term it finds held by this instance.
 func (l *Lease) Close(ctx context.Context) error {
 	return l.m.closeLease(ctx, l)
 }
@@ -88,6 +94,7 @@ func (l *Lease) Close(ctx context.Context) error {
 func (l *Lease) apply(rec Record, found bool, start time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.unsure = false
 	if l.closed {
 		// Not trusted any more, but remember a term the store just gave
 		// us so that the release frees it.
@@ -125,11 +132,19 @@ func (l *Lease) stop() {
 	l.term.Store(nil)
 }
 
-// takeClaim returns the term to release (0 for none) and forgets it.
-func (l *Lease) takeClaim() uint64 {
+// failed records that a heartbeat carrying this role got no answer.
+func (l *Lease) failed() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	token := l.claimTok
-	l.claimTok = 0
-	return token
+	l.unsure = true
+}
+
+// takeClaim returns the term to release (0 for none), and whether the last
+// heartbeat's outcome is unknown, and forgets both.
+func (l *Lease) takeClaim() (token uint64, unsure bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	token, unsure = l.claimTok, l.unsure
+	l.claimTok, l.unsure = 0, false
+	return token, unsure
 }

@@ -254,6 +254,85 @@ func TestLease_CloseReleasesAndAWatchingManagerTakesOverAtOnce(t *testing.T) {
 	})
 }
 
+// A takeover that the store committed while Close ran must be released by
+// Close: a successor takes the role at once instead of waiting
+// LeaseDuration. Close lets the heartbeat in flight finish (cancelling it
+// would not stop the store from committing it, only hide the answer), and
+// when the answer never comes it reads the row.
+func TestManager_CloseReleasesATermWonByTheHeartbeatInFlight(t *testing.T) {
+	for name, lose := range map[string]func(*fakeStore){
+		"the takeover commits after Close began": func(s *fakeStore) { s.slowStatement("a", testRenew/2) },
+		"the takeover's answer is lost":          func(s *fakeStore) { s.loseReply("a") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := newFakeStore()
+				a := newManager(t, store, "a")
+				register(t, a, "maintenance")
+				lose(store) // for the first heartbeat, which takes the role
+				start(t, a)
+				synctest.Wait() // a's heartbeat is in flight
+				if err := a.Close(context.Background()); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				time.Sleep(testRenew) // whatever a's heartbeat did is done
+				b := newManager(t, store, "b")
+				lb := register(t, b, "maintenance")
+				start(t, b)
+				synctest.Wait()
+				if !lb.IsHeld() {
+					t.Fatal("the role a won while closing was not released: the successor has to wait for it to expire")
+				}
+				if lb.Token() != 2 {
+					t.Fatalf("successor token %d, want the term after a's (2)", lb.Token())
+				}
+			})
+		})
+	}
+}
+
+// Close waits for a heartbeat in flight only as long as its ctx allows.
+func TestManager_CloseWaitsForTheHeartbeatInFlightNoLongerThanItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		a := newManager(t, store, "a")
+		register(t, a, "maintenance")
+		store.blackhole("a", 1)
+		start(t, a)
+		synctest.Wait()
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), testRenew/4)
+		defer cancel()
+		a.Close(ctx)
+		if took := time.Since(began); took != testRenew/4 {
+			t.Fatalf("Close took %v, want its context's %v", took, testRenew/4)
+		}
+	})
+}
+
+// The same holds for closing one lease while a heartbeat that carries it is
+// in flight.
+func TestLease_CloseReleasesATermWonByTheHeartbeatInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		a := newManager(t, store, "a")
+		la := register(t, a, "maintenance")
+		store.loseReply("a")
+		start(t, a)
+		synctest.Wait()
+		if err := la.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		b := newManager(t, store, "b")
+		lb := register(t, b, "maintenance")
+		start(t, b)
+		synctest.Wait()
+		if !lb.IsHeld() || lb.Token() != 2 {
+			t.Fatalf("successor held=%v token=%d, want the next term (2) at once", lb.IsHeld(), lb.Token())
+		}
+	})
+}
+
 func TestManager_CloseReleasesEveryRole(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newFakeStore()
