@@ -121,38 +121,53 @@ func startRedisBinary() (running, error) {
 	if err != nil {
 		return running{}, err
 	}
-	logPath := filepath.Join(dir, "redis.log")
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			os.RemoveAll(dir)
 			return running{}, err
 		}
-		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no")
-		cmd.Dir = dir
-		cmd.SysProcAttr = procAttr(nil, syscall.SIGKILL)
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		p, err := launchLogged(cmd, logPath, syscall.SIGTERM)
-		if err != nil {
-			os.RemoveAll(dir)
-			return running{}, fmt.Errorf("%s: %w", bin, err)
-		}
-		err = p.waitReady(redisStartTimeout, func(ctx context.Context) error { return pingRedisCtx(ctx, addr) })
+		p, addr, err := startRedisOn(bin, dir, port)
 		if err == nil {
 			return running{
 				srv:  server{addr: addr, tier: tierThrowaway, pid: p.pid(), dir: dir},
 				stop: func() error { return p.stopAndRemove(dir) },
 			}, nil
 		}
-		p.stop()
-		tail := logTail(logPath)
-		if attempt < 3 && strings.Contains(tail, "already in use") {
-			continue
+		if attempt < 3 && errors.Is(err, errPortTaken) {
+			continue // lost the port to someone else between choosing and binding it
 		}
 		os.RemoveAll(dir)
-		return running{}, fmt.Errorf("%s on port %d: %v%s", bin, port, err, tailSection("server log", tail))
+		return running{}, err
 	}
+}
+
+// errPortTaken marks a server that could not bind its port.
+var errPortTaken = errors.New("port already in use")
+
+// startRedisOn starts redis-server from bin on 127.0.0.1:port, without
+// persistence, its files in dir, and waits until it answers.
+func startRedisOn(bin, dir string, port int) (*proc, string, error) {
+	logPath := filepath.Join(dir, "redis.log")
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no")
+	cmd.Dir = dir
+	cmd.SysProcAttr = procAttr(nil, syscall.SIGKILL)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p, err := launchLogged(cmd, logPath, syscall.SIGTERM)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", bin, err)
+	}
+	err = p.waitReady(redisStartTimeout, func(ctx context.Context) error { return pingRedisCtx(ctx, addr) })
+	if err == nil {
+		return p, addr, nil
+	}
+	p.stop()
+	tail := logTail(logPath)
+	if strings.Contains(tail, "already in use") {
+		err = fmt.Errorf("%w: %w", errPortTaken, err)
+	}
+	return nil, "", fmt.Errorf("%s on port %d: %w%s", bin, port, err, tailSection("server log", tail))
 }
 
 // postgresBinaries finds initdb and postgres of one installation: on PATH
