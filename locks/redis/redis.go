@@ -11,10 +11,13 @@
 //
 // Fencing tokens come from a counter key incremented by a script that first
 // checks the lock key still holds this acquisition's value, so a token is
-// only ever issued to the current holder. The script travels in the same
-// pipeline as the obtain, so an acquisition costs one round trip like a bare
-// redislock Obtain. Both keys share a hash tag, so the provider works on
-// Redis Cluster.
+// only ever issued to the current holder. A token is never below the
+// server's clock in microseconds, so tokens keep rising when the server
+// loses the counter: a restart without persistence, or a failover to a
+// replica that lagged. The script travels in the same pipeline as the
+// obtain, so an acquisition costs one round trip like a bare redislock
+// Obtain. Both keys share a hash tag, so the provider works on Redis
+// Cluster.
 package redis
 
 import (
@@ -83,13 +86,30 @@ func (o *Options) validate() error {
 	return o.Backoff.Validate()
 }
 
-// fenceScript increments the fence counter only if the lock key still holds
-// this acquisition's value, and answers 0 otherwise.
+// fenceScript issues a token only if the lock key still holds this
+// acquisition's value, and answers 0 otherwise. The token is the counter
+// plus one, raised to the server's clock in microseconds when that is
+// larger: a server that lost the counter (a restart without persistence, a
+// failover to a replica that had not seen the last increments) resumes above
+// every token it issued before, as long as its clock did not go back. The
+// clock is built as a string (seconds, then six digits of microseconds) so
+// no digit is lost to Lua's floating-point numbers; both values stay below
+// 2^53, where those numbers are exact, until the year 2255.
+// redis.replicate_commands lets Redis before 5 write after reading TIME;
+// later versions always replicate a script's effects.
 var fenceScript = goredis.NewScript(`
-if redis.call("get", KEYS[1]) == ARGV[1] then
-	return redis.call("incr", KEYS[2])
+if redis.call("get", KEYS[1]) ~= ARGV[1] then
+	return 0
 end
-return 0`)
+redis.replicate_commands()
+local t = redis.call("time")
+local now = t[1] .. string.format("%06d", tonumber(t[2]))
+local n = redis.call("incr", KEYS[2])
+if n < tonumber(now) then
+	redis.call("set", KEYS[2], now)
+	return tonumber(now)
+end
+return n`)
 
 // fencingClient is the client redislock talks through during one
 // acquisition attempt. Until a token has been issued, it sends each script
