@@ -3,10 +3,12 @@
 //
 // Each held lock pins one connection from the pool it was given: the
 // advisory lock belongs to that server session and lives exactly as long as
-// the session holds it. A watcher pings the connection every PingInterval; a
-// failed or slow ping (backend terminated, server gone, network cut) closes
-// Lost, so a holder learns of the loss within about one interval. The
-// server releases the lock when it notices the session is gone.
+// the session holds it. A watcher reads the idle connection and pings it
+// every PingInterval. A session the server ends (pg_terminate_backend, a
+// shutdown) sends a FATAL error as it goes, and Lost closes on it at once,
+// before the server has freed the lock; a failed or slow ping (server
+// frozen, network cut) closes Lost within about two intervals. The server
+// releases the lock when it notices the session is gone.
 //
 // # Keys
 //
@@ -38,10 +40,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/lock"
@@ -66,9 +70,10 @@ type Options struct {
 	// a namespace the key is KeyIn(Namespace, name) instead of Key(name).
 	// Every node of one deployment must use the same namespace.
 	Namespace string
-	// PingInterval is how often a held lock's connection is checked, and
+	// PingInterval is how often a held lock's connection is pinged, and
 	// how long a ping may take before the lock counts as lost (default
-	// DefaultPingInterval).
+	// DefaultPingInterval). A session the server ends is noticed at once,
+	// without waiting for a ping.
 	PingInterval time.Duration
 	// Backoff paces attempts while waiting for a held lock.
 	Backoff lock.Backoff
@@ -179,14 +184,15 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 		return nil, err
 	}
 	l := &Lock{
-		p:     p,
-		name:  name,
-		key:   key,
-		token: uint64(token),
-		conn:  conn,
-		lost:  make(chan struct{}),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		p:      p,
+		name:   name,
+		key:    key,
+		token:  uint64(token),
+		conn:   conn,
+		socket: conn.Conn().PgConn().Conn(),
+		lost:   make(chan struct{}),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	go l.watch()
 	return l, nil
@@ -210,6 +216,7 @@ type Lock struct {
 
 	mu      sync.Mutex // serialises use of conn
 	conn    *pgxpool.Conn
+	socket  net.Conn // conn's socket, kept for Release to interrupt the watcher
 	lostMu  sync.Mutex
 	lost    chan struct{}
 	lostErr error
@@ -243,29 +250,26 @@ func (l *Lock) markLost(reason error) bool {
 	return true
 }
 
-// watch pings the session until the lock is released or the ping fails.
+// errStopping ends the watch of a lock being released.
+var errStopping = errors.New("released")
+
+// watch checks the session until the lock is released or a check fails.
 func (l *Lock) watch() {
 	defer close(l.done)
-	t := time.NewTicker(l.p.opts.PingInterval)
-	defer t.Stop()
 	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		}
 		l.mu.Lock()
-		ctx, cancel := context.WithTimeout(context.Background(), l.p.opts.PingInterval)
-		err := l.conn.Ping(ctx)
-		cancel()
-		if err != nil {
+		err := l.check()
+		if err != nil && err != errStopping {
 			// The session is gone or unresponsive: the server will (or did)
 			// drop the lock, so stop trusting it now and close our side.
 			destroy(l.conn)
 			l.conn = nil
 		}
 		l.mu.Unlock()
-		if err != nil {
+		switch {
+		case err == errStopping:
+			return
+		case err != nil:
 			if l.markLost(fmt.Errorf("%w: connection check failed: %w", lock.ErrNotHeld, err)) {
 				l.p.opts.Logger.Warn("lock lost", "lock", l.name, "err", err)
 			}
@@ -274,11 +278,53 @@ func (l *Lock) watch() {
 	}
 }
 
+// check listens to the idle session for one PingInterval, then pings it.
+//
+// An idle session hears nothing from the server until the session ends:
+// pg_terminate_backend and a server shutdown send a FATAL error, then close
+// the socket. Reading while waiting turns that into a loss at once, at the
+// moment the server frees the lock, instead of at the next ping. The ping
+// catches what sends nothing: a cut network, a frozen server. The read is
+// bounded by a deadline on the socket, not by a context, so it costs no
+// cancel request whatever the pool's context handling; Release ends it by
+// moving the deadline to now.
+func (l *Lock) check() error {
+	pc := l.conn.Conn().PgConn()
+	if err := pc.Conn().SetReadDeadline(time.Now().Add(l.p.opts.PingInterval)); err != nil {
+		return err
+	}
+	select { // after the deadline is set, so Release's "now" cannot be overwritten unseen
+	case <-l.stop:
+		return errStopping
+	default:
+	}
+	err := pc.WaitForNotification(context.Background())
+	if derr := pc.Conn().SetReadDeadline(time.Time{}); derr != nil && err == nil {
+		err = derr
+	}
+	select {
+	case <-l.stop:
+		return errStopping
+	default:
+	}
+	if err != nil && !pgconn.Timeout(err) {
+		return fmt.Errorf("the server ended the session: %w", err)
+	}
+	// A notification (nothing on this session listens) or the quiet
+	// interval's end: now ask.
+	ctx, cancel := context.WithTimeout(context.Background(), l.p.opts.PingInterval)
+	defer cancel()
+	return l.conn.Ping(ctx)
+}
+
 // Release implements lock.Lock: it stops trusting the lock first, then
 // unlocks and hands the connection back to the pool.
 func (l *Lock) Release(ctx context.Context) error {
 	wasHeld := l.markLost(fmt.Errorf("%w: released by its holder", lock.ErrNotHeld))
-	l.stopOnce.Do(func() { close(l.stop) })
+	l.stopOnce.Do(func() {
+		close(l.stop)
+		_ = l.socket.SetReadDeadline(time.Now()) // ends the watcher's wait at once
+	})
 	<-l.done
 
 	l.mu.Lock()
@@ -288,6 +334,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	conn := l.conn
 	l.conn = nil
+	// The watcher may have cleared its deadline before ours was set.
+	if err := l.socket.SetReadDeadline(time.Time{}); err != nil {
+		destroy(conn)
+		return fmt.Errorf("release %q: %w", l.name, err)
+	}
 	var unlocked bool
 	if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", l.key).Scan(&unlocked); err != nil {
 		if conn.Conn().IsClosed() {
