@@ -606,6 +606,21 @@ func TestProjectionStore_ReplaceSendsFixedRoundTripsWhateverTheGrantCount(t *tes
 	}
 }
 
+// A generation sequence that caches numbers per session would let a
+// refresh that reserved later get a smaller number than one that reserved
+// earlier: the stale answer would win the flip. VerifySchema says so.
+func TestVerifySchemaNamesAGenerationSequenceThatCachesNumbers(t *testing.T) {
+	env, _ := migratedProjectionStore(t)
+	ctx := testContext(t)
+	if _, err := env.Pool.Exec(ctx, "ALTER SEQUENCE "+ProjectionGenerationSequence+" CACHE 20"); err != nil {
+		t.Fatal(err)
+	}
+	problems := schemaProblems(t, VerifySchema(ctx, env.Pool, VerifyOptions{}))
+	if len(problems) != 1 || !strings.Contains(problems[0], "sequence "+ProjectionGenerationSequence+" caches 20 numbers per session, want 1") {
+		t.Errorf("problems = %q, want the sequence's cache named", problems)
+	}
+}
+
 func TestVerifySchemaNamesATableWhosePersistenceChanged(t *testing.T) {
 	env, _ := migratedProjectionStore(t)
 	ctx := testContext(t)
