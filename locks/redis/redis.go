@@ -89,26 +89,22 @@ func (o *Options) validate() error {
 // fenceScript issues a token only if the lock key still holds this
 // acquisition's value, and answers 0 otherwise. The token is the counter
 // plus one, raised to the server's clock in microseconds when that is
-// larger: a server that lost the counter (a restart without persistence, a
-// failover to a replica that had not seen the last increments) resumes above
-// every token it issued before, as long as its clock did not go back. The
-// clock is built as a string (seconds, then six digits of microseconds) so
-// no digit is lost to Lua's floating-point numbers; both values stay below
-// 2^53, where those numbers are exact, until the year 2255.
-// redis.replicate_commands lets Redis before 5 write after reading TIME;
-// later versions always replicate a script's effects.
+// larger, and becomes the counter: a server that lost the counter (a
+// restart without persistence, a failover to a replica that had not seen
+// the last increments) resumes above every token it issued before, as long
+// as its clock did not go back. Lua's numbers are doubles, exact below
+// 2^53, which the clock in microseconds reaches in the year 2255; %d writes
+// the counter back as an integer. redis.replicate_commands lets Redis
+// before 5 write after reading TIME; later versions always replicate a
+// script's effects.
 var fenceScript = goredis.NewScript(`
 if redis.call("get", KEYS[1]) ~= ARGV[1] then
 	return 0
 end
 redis.replicate_commands()
 local t = redis.call("time")
-local now = t[1] .. string.format("%06d", tonumber(t[2]))
-local n = redis.call("incr", KEYS[2])
-if n < tonumber(now) then
-	redis.call("set", KEYS[2], now)
-	return tonumber(now)
-end
+local n = math.max(tonumber(redis.call("get", KEYS[2]) or "0") + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call("set", KEYS[2], string.format("%d", n))
 return n`)
 
 // fencingClient is the client redislock talks through during one
