@@ -214,9 +214,13 @@ type Lock struct {
 	key   int64
 	token uint64
 
-	mu      sync.Mutex // serialises use of conn
-	conn    *pgxpool.Conn
-	socket  net.Conn // conn's socket, kept for Release to interrupt the watcher
+	mu     sync.Mutex // serialises use of conn
+	conn   *pgxpool.Conn
+	socket net.Conn // conn's socket, kept for Release to interrupt the watcher
+	// waitMu guards waiting, set while the watcher reads the idle socket:
+	// only then may Release move the socket's deadline to now.
+	waitMu  sync.Mutex
+	waiting bool
 	lostMu  sync.Mutex
 	lost    chan struct{}
 	lostErr error
@@ -290,18 +294,28 @@ func (l *Lock) watch() {
 // moving the deadline to now.
 func (l *Lock) check() error {
 	pc := l.conn.Conn().PgConn()
-	if err := pc.Conn().SetReadDeadline(time.Now().Add(l.p.opts.PingInterval)); err != nil {
-		return err
-	}
-	select { // after the deadline is set, so Release's "now" cannot be overwritten unseen
+	l.waitMu.Lock()
+	select {
 	case <-l.stop:
+		l.waitMu.Unlock()
 		return errStopping
 	default:
 	}
+	if err := l.socket.SetReadDeadline(time.Now().Add(l.p.opts.PingInterval)); err != nil {
+		l.waitMu.Unlock()
+		return err
+	}
+	l.waiting = true
+	l.waitMu.Unlock()
+
 	err := pc.WaitForNotification(context.Background())
-	if derr := pc.Conn().SetReadDeadline(time.Time{}); derr != nil && err == nil {
+
+	l.waitMu.Lock()
+	l.waiting = false
+	if derr := l.socket.SetReadDeadline(time.Time{}); derr != nil && err == nil {
 		err = derr
 	}
+	l.waitMu.Unlock()
 	select {
 	case <-l.stop:
 		return errStopping
@@ -323,7 +337,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	wasHeld := l.markLost(fmt.Errorf("%w: released by its holder", lock.ErrNotHeld))
 	l.stopOnce.Do(func() {
 		close(l.stop)
-		_ = l.socket.SetReadDeadline(time.Now()) // ends the watcher's wait at once
+		// End the watcher's wait at once; never its ping, whose reply a
+		// timeout would leave unread (pgx then closes the connection).
+		l.waitMu.Lock()
+		if l.waiting {
+			_ = l.socket.SetReadDeadline(time.Now())
+		}
+		l.waitMu.Unlock()
 	})
 	<-l.done
 
@@ -334,11 +354,6 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	conn := l.conn
 	l.conn = nil
-	// The watcher may have cleared its deadline before ours was set.
-	if err := l.socket.SetReadDeadline(time.Time{}); err != nil {
-		destroy(conn)
-		return fmt.Errorf("release %q: %w", l.name, err)
-	}
 	var unlocked bool
 	if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", l.key).Scan(&unlocked); err != nil {
 		if conn.Conn().IsClosed() {
