@@ -286,8 +286,8 @@ func (l *Lock) watch() {
 //
 // An idle session hears nothing from the server until the session ends:
 // pg_terminate_backend and a server shutdown send a FATAL error, then close
-// the socket. Reading while waiting turns that into a loss at once, at the
-// moment the server frees the lock, instead of at the next ping. The ping
+// the socket. Reading while waiting turns that into a loss at once, before
+// the exiting backend has freed the lock, instead of at the next ping. The ping
 // catches what sends nothing: a cut network, a frozen server. The read is
 // bounded by a deadline on the socket, not by a context, so it costs no
 // cancel request whatever the pool's context handling; Release ends it by
