@@ -11,11 +11,14 @@
 //
 // Fencing tokens come from a counter key incremented by a script that first
 // checks the lock key still holds this acquisition's value, so a token is
-// only ever issued to the current holder. The script travels in the same
-// pipeline as the obtain, so an acquisition costs one round trip like a bare
-// redislock Obtain. Both keys share a hash tag, so the provider works on
-// Redis Cluster; a lock name beginning with '}', which would empty that tag,
-// is refused.
+// only ever issued to the current holder. A token is never below the
+// server's clock in microseconds, so tokens keep rising when the server
+// loses the counter: a restart without persistence, or a failover to a
+// replica that lagged. The script travels in the same pipeline as the
+// obtain, so an acquisition costs one round trip like a bare redislock
+// Obtain. Both keys share a hash tag, so the provider works on Redis
+// Cluster; a lock name beginning with '}', which would empty that tag, is
+// refused.
 package redis
 
 import (
@@ -84,13 +87,26 @@ func (o *Options) validate() error {
 	return o.Backoff.Validate()
 }
 
-// fenceScript increments the fence counter only if the lock key still holds
-// this acquisition's value, and answers 0 otherwise.
+// fenceScript issues a token only if the lock key still holds this
+// acquisition's value, and answers 0 otherwise. The token is the counter
+// plus one, raised to the server's clock in microseconds when that is
+// larger, and becomes the counter: a server that lost the counter (a
+// restart without persistence, a failover to a replica that had not seen
+// the last increments) resumes above every token it issued before, as long
+// as its clock did not go back. Lua's numbers are doubles, exact below
+// 2^53, which the clock in microseconds reaches in the year 2255; %d writes
+// the counter back as an integer. redis.replicate_commands lets Redis
+// before 5 write after reading TIME; later versions always replicate a
+// script's effects.
 var fenceScript = goredis.NewScript(`
-if redis.call("get", KEYS[1]) == ARGV[1] then
-	return redis.call("incr", KEYS[2])
+if redis.call("get", KEYS[1]) ~= ARGV[1] then
+	return 0
 end
-return 0`)
+redis.replicate_commands()
+local t = redis.call("time")
+local n = math.max(tonumber(redis.call("get", KEYS[2]) or "0") + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call("set", KEYS[2], string.format("%d", n))
+return n`)
 
 // fencingClient is the client redislock talks through during one
 // acquisition attempt. Until a token has been issued, it sends each script
