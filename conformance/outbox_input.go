@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,7 +79,10 @@ func (s *outboxSuite) unmigrated(t *testing.T, x *outboxT) {
 	}
 	e := outboxEntry(outboxLaneA, 1)
 	e.XID = 1
-	calls := append(outboxCalls(u.Store, nil, e), call{"Enqueue", func(ctx context.Context) error {
+	// NextXID reads only the transaction counter, which every database
+	// has, tables or not.
+	calls := slices.DeleteFunc(outboxCalls(u.Store, nil, e), func(c call) bool { return c.what == "NextXID" })
+	calls = append(calls, call{"Enqueue", func(ctx context.Context) error {
 		tx, err := u.Producer.Begin(ctx)
 		if err != nil {
 			return err

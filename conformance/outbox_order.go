@@ -156,7 +156,7 @@ func (s *outboxSuite) rolledBack(t *testing.T, x *outboxT) {
 // still open loses its entries.
 func (s *outboxSuite) walkWithoutGaps(t *testing.T, x *outboxT) {
 	h, ctx := x.h, x.ctx
-	start := x.staircase()
+	stairs := x.staircase()
 
 	type txRecord struct {
 		ids       []outbox.ID
@@ -210,9 +210,12 @@ func (s *outboxSuite) walkWithoutGaps(t *testing.T, x *outboxT) {
 	// The walker moves its cursor to the last entry of every batch, as the
 	// driver does after a pass that delivered everything.
 	var (
-		cur  = start
+		cur  = stairs[len(stairs)-1].Cursor()
 		seen = map[outbox.ID]outbox.Entry{}
 	)
+	for _, e := range stairs {
+		seen[e.ID] = e
+	}
 	step := func() int {
 		got := x.scan(cur, outboxWalkBatch)
 		for _, e := range got {
@@ -295,8 +298,8 @@ func (s *outboxSuite) walkWithoutGaps(t *testing.T, x *outboxT) {
 
 // staircase opens three transactions whose first writes go X, Y, Z, and
 // commits Y, then Z, then X, checking after each commit that nothing walks
-// before X has ended. It returns the cursor at the last entry.
-func (x *outboxT) staircase() outbox.Cursor {
+// before X has ended. It returns the three entries as walked.
+func (x *outboxT) staircase() []outbox.Entry {
 	x.t.Helper()
 	ex, ey, ez := outboxEntry(outboxLaneA, 1), outboxEntry(outboxLaneB, 2), outboxEntry(outboxLaneA, 3)
 	tx, ty, tz := x.begin(), x.begin(), x.begin()
@@ -314,5 +317,5 @@ func (x *outboxT) staircase() outbox.Cursor {
 	x.commit(tx)
 	got := x.await(outbox.Cursor{}, ex.ID, ey.ID, ez.ID)
 	x.checkEntries("the staircase, once its oldest transaction committed", got, ex, ey, ez)
-	return got[len(got)-1].Cursor()
+	return got
 }

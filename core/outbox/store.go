@@ -169,7 +169,9 @@ func ScanBytes(entries []Entry) int {
 //   - O35 context: every method called with an ended context fails with an
 //     error that wraps ctx.Err(), and writes nothing.
 //   - O36 schema: a store over a database without its tables fails every
-//     call, Enqueue included, with the adapter's schema-mismatch error.
+//     call that uses them, Enqueue included (all but NextXID, which reads
+//     only the transaction counter), with the adapter's schema-mismatch
+//     error.
 type Store interface {
 	// Scan returns up to limit entries after the cursor, ordered by
 	// (xid, id), only from transactions below the horizon: older than the
