@@ -53,7 +53,7 @@ func (s *projectionSuite) concurrentRefreshes(t *testing.T, env projectionBundle
 		sets[i] = append(grantSet("doc", fmt.Sprintf("w%02d", i), 8, uint64(i)),
 			projection.Grant{ResourceType: "doc", ResourceID: "common", Mask: projection.Mask(i + 1)})
 	}
-	mustReplace(t, ctx, h.Store, frank, sets[0])
+	initial := mustReplace(t, ctx, h.Store, frank, sets[0])
 
 	var (
 		wg      sync.WaitGroup
@@ -128,6 +128,11 @@ func (s *projectionSuite) concurrentRefreshes(t *testing.T, env projectionBundle
 		largest = max(largest, k.(projection.Generation))
 		return true
 	})
+	for _, info := range infos {
+		if _, ok := written.Load(info.Generation); !ok && info.Generation != initial {
+			t.Errorf("generation %d is stored, but no Replace wrote it: a Replace writes the generation it was given and no other", info.Generation)
+		}
+	}
 	if len(infos) != 1+succeeded {
 		t.Errorf("%d generations stored, want %d (every Replace that was not stale writes one)", len(infos), 1+succeeded)
 	}

@@ -223,7 +223,8 @@ type Store interface {
 	//     subject is active, the one just written.
 	//   - P10 serialized: concurrent Replace calls for one subject are
 	//     serialized: exactly one generation is active at every moment and
-	//     afterwards, the largest that was written.
+	//     afterwards, the largest that was written, and each call writes the
+	//     generation it was given and no other.
 	//   - P12 stale: when the subject's active generation is larger than
 	//     gen, Replace writes nothing and returns an error wrapping ErrStale
 	//     (not ErrInvalidGeneration), also after sweeps; the order is per
