@@ -82,7 +82,8 @@ type Config[K comparable, R any] struct {
 	// Concurrency is how many handlers one Run (or RunBatch) runs at once
 	// (default DefaultConcurrency). One claim loop feeds them: it keeps up
 	// to max(Concurrency, BatchSize) rows in hand and claims the next batch
-	// as soon as a whole batch fits. Rows start in queue order but may
+	// as soon as a whole batch fits (and at most one finished batch is
+	// still being finalized). Rows start in queue order but may
 	// finish out of order. For slow handlers keep BatchSize at or below
 	// Concurrency, so that freed handlers find rows waiting.
 	Concurrency int

@@ -17,7 +17,9 @@ import (
 // loop keeps at most max(Concurrency, BatchSize) rows in hand (claimed, their
 // handler not yet returned) and claims the next batch as soon as a whole
 // batch fits, so handlers that free up are fed without waiting for the rest
-// of the batch. Rows start in queue order, the order of the claims, but with
+// of the batch, unless two finished batches are still being finalized (rows
+// awaiting their finalize stay in the claim index, where every claim has to
+// step over them). Rows start in queue order, the order of the claims, but with
 // Concurrency above 1 they may finish, and be finalized, out of order.
 //
 // While a batch is in hand, a goroutine of its own renews the lease of the
@@ -158,9 +160,9 @@ type run[K comparable, R any] struct {
 	room   chan struct{}   // a row or a batch left the hand
 	failed chan error      // a batch's finalize or release failed
 
-	mu        sync.Mutex
-	inHand    int // rows claimed whose handler has not returned (or that were skipped)
-	unsettled int // rows of batches not yet finalized and released
+	mu     sync.Mutex
+	inHand int // rows claimed whose handler has not returned (or that were skipped)
+	ending int // batches whose rows are all done, being finalized and released
 
 	handlers sync.WaitGroup
 	batches  sync.WaitGroup
@@ -207,12 +209,14 @@ func (r *run[K, R]) stop() {
 }
 
 // hasRoom reports whether a whole batch fits in hand and at most one
-// batch's worth of finished rows beyond the hand still waits for its
-// finalize.
+// finished batch is still being finalized. The second bound keeps fast
+// handlers from running ahead of the finalizes: every row not yet
+// finalized stays in the claim index, where each claim has to step over
+// it, so batches piling up behind their finalizes slow the claims down.
 func (r *run[K, R]) hasRoom() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.inHand+r.w.cfg.BatchSize <= r.capacity && r.unsettled <= r.capacity
+	return r.inHand+r.w.cfg.BatchSize <= r.capacity && r.ending <= 1
 }
 
 // waitForRoom waits until hasRoom; false when ctx ended first.
@@ -240,7 +244,6 @@ func (r *run[K, R]) signalRoom() {
 func (r *run[K, R]) add(b *batch[K, R]) {
 	r.mu.Lock()
 	r.inHand += len(b.rows)
-	r.unsettled += len(b.rows)
 	r.mu.Unlock()
 	b.begin(r.ctx)
 	for i := range b.rows {
@@ -257,7 +260,7 @@ func (r *run[K, R]) add(b *batch[K, R]) {
 			}
 		}
 		r.mu.Lock()
-		r.unsettled -= len(b.rows)
+		r.ending--
 		r.mu.Unlock()
 		r.signalRoom()
 	})
@@ -284,9 +287,11 @@ func (r *run[K, R]) handle() {
 // done takes a row out of the hand: worked, or skipped and left pending for
 // its batch to release.
 func (r *run[K, R]) done(it item[K, R]) {
-	it.b.rowDone()
 	r.mu.Lock()
 	r.inHand--
+	if it.b.rowDone() {
+		r.ending++ // in the same step, so no claim sees the room without it
+	}
 	r.mu.Unlock()
 	r.signalRoom()
 }
@@ -356,14 +361,16 @@ func (b *batch[K, R]) work(ctx context.Context, i int) {
 	b.decide(i, out, interrupted)
 }
 
-// rowDone counts row i as worked or skipped.
-func (b *batch[K, R]) rowDone() {
+// rowDone counts a row as worked or skipped; true for the batch's last.
+func (b *batch[K, R]) rowDone() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.left--
 	if b.left == 0 {
 		close(b.worked)
+		return true
 	}
+	return false
 }
 
 // end runs once every row is worked or skipped: it stops the keeper,

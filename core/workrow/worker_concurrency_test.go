@@ -369,3 +369,59 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// slowStore makes every Claim take 10ms and every FinalizeMany a second,
+// and records the most finalizes running when a claim started.
+type slowStore struct {
+	*memStore[job]
+	mu            sync.Mutex
+	running, most int
+}
+
+func (s *slowStore) Claim(ctx context.Context, spec workrow.ClaimSpec) ([]workrow.Claimed[int64, job], error) {
+	s.mu.Lock()
+	s.most = max(s.most, s.running)
+	s.mu.Unlock()
+	time.Sleep(10 * time.Millisecond)
+	return s.memStore.Claim(ctx, spec)
+}
+
+func (s *slowStore) FinalizeMany(ctx context.Context, lock workrow.LockID, finals []workrow.Final[int64]) ([]bool, error) {
+	s.mu.Lock()
+	s.running++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running--
+		s.mu.Unlock()
+	}()
+	time.Sleep(time.Second)
+	return s.memStore.FinalizeMany(ctx, lock, finals)
+}
+
+func TestWorker_ConcurrencyFastHandlersDoNotRunAheadOfTheFinalizes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &slowStore{memStore: newJobs(100)}
+		cfg := jobConfig(store, complete)
+		cfg.Concurrency = 100
+		cfg.BatchSize = 10
+		cfg.IdleDelay = time.Minute
+		runWorker(t, newWorker(t, cfg))
+		// Rows not yet finalized stay in the claim index, where every
+		// claim steps over them: claiming on while finalizes queue up
+		// would slow each claim down. One finished batch may be finalized
+		// while the next is claimed and worked, no more.
+		time.Sleep(time.Minute)
+		store.mu.Lock()
+		most := store.most
+		store.mu.Unlock()
+		if most != 1 {
+			t.Fatalf("a claim started while %d finalizes ran; want at most 1 (and 1 reached: claims overlap a finalize)", most)
+		}
+		for id := int64(1); id <= 100; id++ {
+			if j, _, _ := store.get(id); j.CompletedAt == nil {
+				t.Fatalf("row %d was not completed", id)
+			}
+		}
+	})
+}
