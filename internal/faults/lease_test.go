@@ -400,3 +400,53 @@ func reportViolations(t *testing.T, v violations) {
 		t.Logf("invariants held")
 	}
 }
+
+// TestLeases_OneLostHeartbeatKeepsTheTerm: the holder's connection is
+// blackholed for one RenewInterval, five times, so that each time exactly
+// one heartbeat is lost. The timings leave room for that: the holder must
+// keep believing it holds, with the same token, and nobody else may take
+// the role. The negative control blackholes for four heartbeats instead,
+// more than the timings promise to survive.
+func TestLeases_OneLostHeartbeatKeepsTheTerm(t *testing.T) {
+	scenario(t)
+	pg := testenv.StartPostgresServer(t)
+	h := newHolders(t, pg)
+	proxies := map[string]*testenv.FaultProxy{}
+	var children []*testenv.Child
+	for _, name := range []string{"a", "b"} {
+		proxies[name] = testenv.NewFaultProxy(t, pg.Addr())
+		children = append(children, h.start(name, pg.URLVia(proxies[name].Addr())))
+	}
+	var holder string
+	if !h.col.waitFor(10*time.Second, func([]event) bool { holder = h.holderOf(leaderRole); return holder != "" }) {
+		t.Fatal("nobody holds the leader role")
+	}
+	cut := faultRenew
+	if *negative {
+		cut = 4 * faultRenew
+	}
+	from := time.Now().UnixNano()
+	for range 5 {
+		proxies[holder].SetMode(testenv.Blackhole)
+		time.Sleep(cut)
+		proxies[holder].SetMode(testenv.Pass)
+		time.Sleep(4 * faultRenew)
+	}
+	to := time.Now().UnixNano()
+	for _, c := range children {
+		h.kill(c)
+	}
+	h.check(func(held map[string][]interval) violations {
+		var v violations
+		var kept []interval
+		for _, iv := range held[leaderRole] {
+			if iv.from < to && iv.to > from {
+				kept = append(kept, iv)
+			}
+		}
+		if len(kept) != 1 || kept[0].child != holder || kept[0].from > from || kept[0].to < to {
+			v.add("role %s across five lost heartbeats of %s: held as %v; want one unbroken term of %s", leaderRole, holder, kept, holder)
+		}
+		return v
+	})
+}

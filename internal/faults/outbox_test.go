@@ -190,10 +190,12 @@ type trackedLocks struct {
 }
 
 func (p *trackedLocks) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
+	start := time.Now().UnixNano()
 	l, err := p.Provider.Acquire(ctx, name, opts)
 	if err == nil {
 		p.token.Store(l.Token())
-		p.rep.send(event{Kind: kindGranted, Token: l.Token()})
+		// The grant happened between start and now: Since and At bound it.
+		p.rep.send(event{Kind: kindGranted, Token: l.Token(), Since: start})
 	}
 	return l, err
 }
@@ -209,16 +211,23 @@ func TestOutbox_LeadersKilledAndPaused(t *testing.T) {
 	pgsrv := testenv.StartPostgresServer(t)
 	for _, locks := range []string{"pg", "redis"} {
 		t.Run(locks, func(t *testing.T) {
-			var redisAddr string
+			var redisSrv *testenv.RedisServer
 			if locks == "redis" {
-				redisAddr = testenv.StartRedisServer(t).Addr()
+				redisSrv = testenv.StartRedisServer(t)
 			}
-			runOutboxScenario(t, pgsrv, locks, redisAddr)
+			runOutboxScenario(t, pgsrv, locks, redisSrv)
 		})
 	}
 }
 
-func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redisAddr string) {
+// runOutboxScenario runs the outbox under faults with the leader lock on
+// locks ("pg", or "redis" on redisSrv, which is also restarted once: a
+// server without persistence comes back empty).
+func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string, redisSrv *testenv.RedisServer) {
+	var redisAddr string
+	if redisSrv != nil {
+		redisAddr = redisSrv.Addr()
+	}
 	schema := "faults_outbox_" + locks
 	migrateSchema(t, pgsrv.URL(), schema)
 	url := pgsrv.URL() + "&search_path=" + schema
@@ -272,6 +281,9 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redis
 	}
 
 	kinds := []string{"kill", "pause", "kill", "pause"}
+	if redisSrv != nil {
+		kinds = append(kinds, "restart")
+	}
 	rng := rand.New(rand.NewPCG(*seed, 12))
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	started := time.Now()
@@ -283,19 +295,27 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redis
 		i := slotOf(leader)
 		c := drivers[i]
 		at := time.Now().UnixNano()
-		if kind == "kill" {
+		switch kind {
+		case "kill":
 			gone[c.Name] = at
 			c.Kill()
 			<-c.Exited()
-		} else {
+		case "pause":
 			c.Pause()
+		case "restart":
+			redisSrv.Restart()
 		}
 		// A paused PostgreSQL session keeps its advisory lock: nobody can
 		// take over until it resumes.
-		expectTakeover := kind == "kill" || locks == "redis"
+		expectTakeover := kind == "kill" || (kind == "pause" && locks == "redis")
 		wait := 3 * outboxLockTTL
 		if !expectTakeover {
 			wait = outboxLockTTL + time.Second
+		}
+		if kind == "restart" {
+			// The lock is gone with the server's memory: whoever acquires
+			// it next, the old leader included, holds a new term.
+			leader = ""
 		}
 		var took int64
 		ok := col.waitFor(wait, func(es []event) bool {
@@ -315,9 +335,10 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redis
 		default:
 			t.Fatalf("%s of leader %s: no other driver was granted the lock within %v", kind, leader, wait)
 		}
-		if kind == "kill" {
+		switch kind {
+		case "kill":
 			startDriver(i)
-		} else {
+		case "pause":
 			c.Resume()
 		}
 		time.Sleep(time.Second)
@@ -356,6 +377,7 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redis
 		v.add("lost: committed entry %s never delivered", id)
 	}
 	v = append(v, checkRolledBackNotDelivered(es)...)
+	v = append(v, checkGrantTokensIncrease(es)...)
 	v = append(v, checkFirstDeliveriesInOrder(es)...)
 	reportViolations(t, v)
 }
@@ -467,6 +489,27 @@ func checkNoDeliveryByDeposedLeader(es []event) violations {
 				v.add("entry %s delivered by %s under token %d, %v after %s was granted token %d",
 					e.ID, e.Child, e.Token, time.Duration(e.At-g.at).Round(time.Millisecond), g.child, g.token)
 				break
+			}
+		}
+	}
+	return v
+}
+
+// checkGrantTokensIncrease: a leader lock granted after another carries a
+// greater token. A grant is known to lie between its Acquire's start (Since)
+// and its end (At), so b is after a for sure when b started after a ended.
+func checkGrantTokensIncrease(es []event) violations {
+	var grants []event
+	for _, e := range es {
+		if e.Kind == kindGranted {
+			grants = append(grants, e)
+		}
+	}
+	var v violations
+	for _, a := range grants {
+		for _, b := range grants {
+			if b.Since > a.At && b.Token <= a.Token {
+				v.add("lock granted to %s with token %d after %s was granted token %d", b.Child, b.Token, a.Child, a.Token)
 			}
 		}
 	}

@@ -24,10 +24,10 @@ import (
 const (
 	workTable  = "fault_rows"
 	workSchema = "faults_rows"
-	workRows   = 3000
+	workRows   = 6000
 	// workRowsConcurrent is the table of the concurrent variant: its
 	// workers go faster, and the table must outlast the faults.
-	workRowsConcurrent = 10000
+	workRowsConcurrent = 12000
 	workLease          = time.Second
 )
 
@@ -210,7 +210,7 @@ func workRowsFaults(t *testing.T, concurrency, total int) {
 	rng := rand.New(rand.NewPCG(*seed, 13))
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	for n, kind := range kinds {
-		time.Sleep(700 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond)
 		if live() == 0 {
 			t.Fatalf("the table was done before fault %d of %d: the faults hit nothing", n+1, len(kinds))
 		}
