@@ -174,7 +174,7 @@ func TestReport_PrintsRatesRatiosGoalsAndMisses(t *testing.T) {
 	var b bytes.Buffer
 	Report{Machine: Machine{CPU: "cpu", Cores: 2}, Rounds: 1, Bound: time.Second, Settings: []string{"setting x"}, Cells: []CellResult{res}}.Print(&b)
 	out := b.String()
-	for _, want := range []string{"- setting x", "| locks, Redis | baton | 90.0 ops/s |", "baton ÷ raw (time per op) | 1.11× |", "≤ 1.10×", "**missed**"} {
+	for _, want := range []string{"- setting x", "| locks, Redis | baton | 90.0 ops/s |", "baton ÷ raw (time per op) | 1.111× |", "≤ 1.10×", "**missed**"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("report lacks %q:\n%s", want, out)
 		}

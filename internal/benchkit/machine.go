@@ -28,8 +28,11 @@ type Machine struct {
 
 func (m Machine) String() string {
 	s := fmt.Sprintf("%s, %d cores, %s/%s, %s; PostgreSQL %s, Redis %s", m.CPU, m.Cores, m.OS, m.Arch, m.Go, m.PostgreSQL, m.Redis)
-	if m.LoadStart != "" {
+	switch {
+	case m.LoadStart != "" && m.LoadEnd != "":
 		s += fmt.Sprintf("; load average %s at the start, %s at the end", m.LoadStart, m.LoadEnd)
+	case m.LoadStart != "":
+		s += fmt.Sprintf("; load average %s at the start", m.LoadStart)
 	}
 	return s
 }

@@ -157,13 +157,17 @@ type Producers struct {
 	Pool *pgxpool.Pool
 }
 
-// NewProducers creates the business table (bench_profiles) and the plain
+// NewProducers creates the business table (bench_profiles), the plain
 // table (bench_plain: the outbox's columns, without its xid and walk
-// index). The outbox itself comes from NewOutbox on the same schema.
+// index) and the plain table with them (bench_plain_walk: the outbox's
+// shape, without the dead-letter check). The outbox itself comes from
+// NewOutbox on the same schema.
 func NewProducers(ctx context.Context, pool *pgxpool.Pool) (*Producers, error) {
 	_, err := pool.Exec(ctx, `
 CREATE TABLE IF NOT EXISTS bench_profiles (id uuid PRIMARY KEY, name text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
-CREATE TABLE IF NOT EXISTS bench_plain (id uuid PRIMARY KEY, lane text NOT NULL, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
+CREATE TABLE IF NOT EXISTS bench_plain (id uuid PRIMARY KEY, lane text NOT NULL, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS bench_plain_walk (xid xid8 NOT NULL DEFAULT pg_current_xact_id(), id uuid PRIMARY KEY, lane text NOT NULL, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS bench_plain_walk_walk ON bench_plain_walk (xid, id)`)
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +210,22 @@ func (p *Producers) PlainInsert(producers int, d time.Duration) System {
 		return Loop(ctx, producers, d, func(ctx context.Context) error {
 			return p.Tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, `INSERT INTO bench_plain (id, lane, payload) VALUES ($1, $2, $3)`,
+					[16]byte(outbox.NewID()), Lanes[0], Payload)
+				return err
+			})
+		})
+	}}
+}
+
+// PlainWithWalkIndex is the same transaction inserting into a table of the
+// outbox's very shape, its xid column and (xid, id) index included, with a
+// plain INSERT: what is left between it and Enqueue is the dead-letter
+// check; between it and PlainInsert, the xid and the second index.
+func (p *Producers) PlainWithWalkIndex(producers int, d time.Duration) System {
+	return System{Name: "plain INSERT, outbox's indexes", Run: func(ctx context.Context) (Sample, error) {
+		return Loop(ctx, producers, d, func(ctx context.Context) error {
+			return p.Tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO bench_plain_walk (id, lane, payload) VALUES ($1, $2, $3)`,
 					[16]byte(outbox.NewID()), Lanes[0], Payload)
 				return err
 			})

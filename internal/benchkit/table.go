@@ -59,10 +59,19 @@ func (r Report) Print(w io.Writer) {
 					mark = "**missed**"
 				}
 			}
-			fmt.Fprintf(w, "| %s | %s ÷ %s (%s) | %.2f× | %.2f–%.2f | %s | %s |\n", cellName(c.Cell),
-				ratio.Of, ratio.Over, what, st.Median, st.Min, st.Max, goal, mark)
+			fmt.Fprintf(w, "| %s | %s ÷ %s (%s) | %s× | %s–%s | %s | %s |\n", cellName(c.Cell),
+				ratio.Of, ratio.Over, what, fmtRatio(st.Median), fmtRatio(st.Min), fmtRatio(st.Max), goal, mark)
 		}
 	}
+}
+
+// fmtRatio writes a ratio with three decimals below 10, so that a median
+// just past its goal does not print as the goal itself, and one above.
+func fmtRatio(v float64) string {
+	if v < 10 {
+		return fmt.Sprintf("%.3f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
 }
 
 func cellName(c Cell) string {
