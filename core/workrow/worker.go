@@ -196,14 +196,13 @@ func (w *Worker[K, R]) start(ctx context.Context) *run[K, R] {
 func (r *run[K, R]) stop() {
 	close(r.quit)
 	r.handlers.Wait()
-	for {
+	for drained := false; !drained; {
 		select {
 		case it := <-r.work:
 			r.done(it)
-			continue
 		default:
+			drained = true
 		}
-		break
 	}
 	r.batches.Wait()
 }
