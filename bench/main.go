@@ -212,8 +212,8 @@ func settings(p plan, env *benchkit.Env, selected []string) []string {
 				"leaving out start-up (River's first completion comes about 65ms after Start)", p.workRows, p.handlers, p.workBatches, p.workBound),
 				p.riverSettings.String())
 		case "locks":
-			s = append(s, "locks: one goroutine, uncontended, acquire then release; Redis TTL 10s for both (baton's default); "+
-				"PostgreSQL: baton's provider and the bare peer on one pool of 4 connections")
+			s = append(s, fmt.Sprintf("locks: one goroutine, uncontended, acquire then release; Redis TTL 10s for both (baton's default); "+
+				"PostgreSQL: baton's provider and the bare peer on one pool of 4 connections; %d alternations of %v each", lockRounds(p), p.bound/lockSplit))
 		}
 	}
 	return s
@@ -319,29 +319,43 @@ func workRowCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 
 func lockCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Cell, error) {
 	rdb := env.Redis()
-	baton, err := benchkit.RedisLock(rdb, env.Prefix, "lock", p.bound)
+	// Locks are cheap and their ratios small: four times the alternations,
+	// each a quarter as long, average the machine's noise out better.
+	d := p.bound / lockSplit
+	baton, err := benchkit.RedisLock(rdb, env.Prefix, "lock", d)
 	if err != nil {
 		return nil, err
 	}
-	raw := benchkit.RawRedislock(rdb, env.Prefix+"raw", p.bound)
+	raw := benchkit.RawRedislock(rdb, env.Prefix+"raw", d)
 	pool, err := env.Pool(ctx, 4)
 	if err != nil {
 		return nil, err
 	}
-	pgLock, err := benchkit.PostgresLock(ctx, pool, env.Schema, "lock", p.bound)
+	pgLock, err := benchkit.PostgresLock(ctx, pool, env.Schema, "lock", d)
 	if err != nil {
 		return nil, err
 	}
-	bare, err := benchkit.BareAdvisoryLock(ctx, pool, env.Schema, "lock", p.bound)
+	bare, err := benchkit.BareAdvisoryLock(ctx, pool, env.Schema, "lock", d)
 	if err != nil {
 		return nil, err
 	}
 	return []benchkit.Cell{
-		{Group: "lock acquire + release", Name: "Redis", Unit: "ops/s", System: []benchkit.System{baton, raw},
+		{Group: "lock acquire + release", Name: "Redis", Unit: "ops/s", System: []benchkit.System{baton, raw}, Rounds: lockRounds(p),
 			Ratios: []benchkit.Ratio{{Of: baton.Name, Over: raw.Name, Kind: benchkit.Cost, Goal: 1.10}}},
-		{Group: "lock acquire + release", Name: "PostgreSQL", Unit: "ops/s", System: []benchkit.System{pgLock, bare},
+		{Group: "lock acquire + release", Name: "PostgreSQL", Unit: "ops/s", System: []benchkit.System{pgLock, bare}, Rounds: lockRounds(p),
 			Ratios: []benchkit.Ratio{{Of: pgLock.Name, Over: bare.Name, Kind: benchkit.Cost, Goal: 1.2}}},
 	}, nil
+}
+
+// lockSplit is how many shorter alternations a lock cell runs for each of
+// the run's.
+const lockSplit = 4
+
+func lockRounds(p plan) int {
+	if p.rounds == 1 {
+		return 1 // --quick: a smoke test
+	}
+	return p.rounds * lockSplit
 }
 
 // Versions of the peers, from the build.

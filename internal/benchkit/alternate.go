@@ -43,6 +43,10 @@ type Cell struct {
 	Unit   string // of the rates, e.g. "entries/s"
 	System []System
 	Ratios []Ratio
+	// Rounds, if set, replaces the run's number of alternations for this
+	// cell: cheap cells can afford more, shorter ones, which the noise of a
+	// shared machine averages out better.
+	Rounds int
 }
 
 // Stat is the median, min and max of a list of values.
@@ -92,6 +96,9 @@ func (r CellResult) Met(i int) bool {
 // after the same neighbour. Each ratio is computed within a round (both
 // systems measured under the same load) and summarised over the rounds.
 func Alternate(ctx context.Context, c Cell, rounds int) (CellResult, error) {
+	if c.Rounds > 0 {
+		rounds = c.Rounds
+	}
 	if rounds < 1 {
 		return CellResult{}, fmt.Errorf("benchkit: %d rounds; at least 1", rounds)
 	}

@@ -145,6 +145,10 @@ func TestAlternate_RotatesTheOrderAndTakesEachRatioWithinARound(t *testing.T) {
 	if s := res.Rates["a"]; s.Median != 200 {
 		t.Fatalf("rate of a %+v; want median 200", s)
 	}
+	c.Rounds = 4
+	if res, err := Alternate(context.Background(), c, 3); err != nil || res.Ratios[0].N != 4 {
+		t.Fatalf("a cell's own Rounds (4) must replace the run's (3): %d alternations, %v", res.Ratios[0].N, err)
+	}
 }
 
 func TestAlternate_RefusesUnknownSystemsAndRunsThatDidNothing(t *testing.T) {
@@ -174,7 +178,7 @@ func TestReport_PrintsRatesRatiosGoalsAndMisses(t *testing.T) {
 	var b bytes.Buffer
 	Report{Machine: Machine{CPU: "cpu", Cores: 2}, Rounds: 1, Bound: time.Second, Settings: []string{"setting x"}, Cells: []CellResult{res}}.Print(&b)
 	out := b.String()
-	for _, want := range []string{"- setting x", "| locks, Redis | baton | 90.0 ops/s |", "baton ÷ raw (time per op) | 1.111× |", "≤ 1.10×", "**missed**"} {
+	for _, want := range []string{"- setting x", "| locks, Redis | baton | 90.0 ops/s | 90.0–90.0 | 1 |", "baton ÷ raw (time per op) | 1.111× | 1.111–1.111 | 1 |", "≤ 1.10×", "**missed**"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("report lacks %q:\n%s", want, out)
 		}

@@ -24,24 +24,24 @@ func (r Report) Print(w io.Writer) {
 	for _, s := range r.Settings {
 		fmt.Fprintf(w, "- %s\n", s)
 	}
-	fmt.Fprintf(w, "- %d alternation(s) per cell, each system's run bounded to %v; ratios are taken within one alternation\n\n",
-		r.Rounds, r.Bound)
+	fmt.Fprintf(w, "- %d alternation(s) per cell unless the table says otherwise, each system's run bounded to %v; "+
+		"every ratio is taken within one alternation, where both systems ran one after the other\n\n", r.Rounds, r.Bound)
 
-	fmt.Fprintf(w, "## Rates (median, min–max over %d)\n\n", r.Rounds)
-	fmt.Fprintln(w, "| work | system | rate | min–max | p50 | p99 |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "## Rates (median and min–max over the runs)\n\n")
+	fmt.Fprintln(w, "| work | system | rate | min–max | runs | p50 | p99 |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, c := range r.Cells {
 		for _, s := range c.Cell.System {
 			st := c.Rates[s.Name]
 			p50, p99 := latencies(c.Samples[s.Name])
-			fmt.Fprintf(w, "| %s | %s | %s %s | %s–%s | %s | %s |\n", cellName(c.Cell), s.Name,
-				Human(st.Median), c.Cell.Unit, Human(st.Min), Human(st.Max), p50, p99)
+			fmt.Fprintf(w, "| %s | %s | %s %s | %s–%s | %d | %s | %s |\n", cellName(c.Cell), s.Name,
+				Human(st.Median), c.Cell.Unit, Human(st.Min), Human(st.Max), st.N, p50, p99)
 		}
 	}
 
-	fmt.Fprintf(w, "\n## Ratios (median, min–max over %d)\n\n", r.Rounds)
-	fmt.Fprintln(w, "| work | ratio | median | min–max | goal | |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "\n## Ratios (median and min–max over the alternations)\n\n")
+	fmt.Fprintln(w, "| work | ratio | median | min–max | alternations | goal | |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, c := range r.Cells {
 		for i, ratio := range c.Cell.Ratios {
 			st := c.Ratios[i]
@@ -59,8 +59,8 @@ func (r Report) Print(w io.Writer) {
 					mark = "**missed**"
 				}
 			}
-			fmt.Fprintf(w, "| %s | %s ÷ %s (%s) | %s× | %s–%s | %s | %s |\n", cellName(c.Cell),
-				ratio.Of, ratio.Over, what, fmtRatio(st.Median), fmtRatio(st.Min), fmtRatio(st.Max), goal, mark)
+			fmt.Fprintf(w, "| %s | %s ÷ %s (%s) | %s× | %s–%s | %d | %s | %s |\n", cellName(c.Cell),
+				ratio.Of, ratio.Over, what, fmtRatio(st.Median), fmtRatio(st.Min), fmtRatio(st.Max), st.N, goal, mark)
 		}
 	}
 }
