@@ -208,8 +208,8 @@ func settings(p plan, env *benchkit.Env, selected []string) []string {
 				"plain INSERT, outbox's indexes: into a table of the outbox's exact shape (xid column, primary key and (xid, id) index), without the dead-letter check", p.producers))
 		case "workrows":
 			s = append(s, fmt.Sprintf("work rows: %d fresh rows per run, no-op handler; handlers %v; baton: one Worker, one Run, Concurrency = the handler count, BatchSize %v, "+
-				"IdleDelay 1ms; both systems on one pool of 10 connections; each burn-down bounded to %v and its rate taken from the first completion to the latest, "+
-				"leaving out start-up (River's first completion comes about 65ms after Start)", p.workRows, p.handlers, p.workBatches, p.workBound),
+				"IdleDelay 1ms; both systems on one pool of 10 connections; each burn-down's rate is taken from its first completion to the latest, "+
+				"at most %v after the first, leaving out start-up (River's first completion comes about 65ms after Start)", p.workRows, p.handlers, p.workBatches, p.workBound),
 				p.riverSettings.String())
 		case "locks":
 			s = append(s, fmt.Sprintf("locks: one goroutine, uncontended, acquire then release; Redis TTL 10s for both (baton's default); "+

@@ -73,9 +73,9 @@ func (q *riverQueue) client(workers int) (*river.Client[pgx.Tx], error) {
 }
 
 // burnDown inserts n no-op jobs (not measured), then starts a client with
-// workers workers and counts completions until all n are done or d passed,
-// at the steady rate: from the first completion (about 65ms after Start
-// here: leader election, the first fetch) to the latest.
+// workers workers and counts completions until all n are done or d after
+// the first, at the steady rate: from the first completion (about 65ms
+// after Start here: leader election, the first fetch) to the latest.
 func (q *riverQueue) burnDown(workers, n int, d time.Duration) benchkit.System {
 	var c *river.Client[pgx.Tx]
 	return benchkit.System{

@@ -96,6 +96,42 @@ func TestCounter_SteadyRateLeavesOutTheStartUp(t *testing.T) {
 	})
 }
 
+func TestCounter_SteadyBoundCountsFromTheFirstCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := NewCounter(1000)
+		start := time.Now()
+		fed := make(chan struct{})
+		go func() {
+			defer close(fed)
+			time.Sleep(5 * time.Second) // a slow start, beyond the bound
+			for range 30 {
+				c.Add(1)
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+		defer func() { <-fed }()
+		s, err := c.AwaitSteady(context.Background(), start, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Counts at 5.0s, 5.1s, …: the bound ends at 6.0s, with the
+		// count made at that instant or not; 9 or 10 after the first.
+		if s.Ops < 9 || s.Ops > 10 || s.Elapsed != time.Duration(s.Ops)*100*time.Millisecond {
+			t.Fatalf("steady sample %d in %v; want the second after the first count", s.Ops, s.Elapsed)
+		}
+	})
+}
+
+func TestCounter_SteadyGivesUpWhenNothingStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := NewCounter(10)
+		s, err := c.AwaitSteady(context.Background(), time.Now(), time.Second)
+		if err != nil || s.Ops != 0 || s.Elapsed != StartLimit {
+			t.Fatalf("AwaitSteady = %d in %v, %v; want nothing after StartLimit", s.Ops, s.Elapsed, err)
+		}
+	})
+}
+
 func TestCounter_AwaitStopsAtTheBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := NewCounter(1000)

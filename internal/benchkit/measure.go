@@ -111,6 +111,7 @@ type Counter struct {
 	n               int64
 	firstN          int64
 	firstAt, lastAt time.Time
+	onFirst         chan struct{} // closed at the first count, if set
 }
 
 // NewCounter returns a Counter whose Done closes at target.
@@ -132,6 +133,10 @@ func (c *Counter) Add(k int64) {
 	c.n += k
 	if c.firstAt.IsZero() {
 		c.firstAt, c.firstN = now, c.n
+		if c.onFirst != nil {
+			close(c.onFirst)
+			c.onFirst = nil
+		}
 	}
 	c.lastAt = now
 	if c.n >= c.target {
@@ -173,16 +178,44 @@ func (c *Counter) Await(ctx context.Context, start time.Time, d time.Duration) (
 	return Sample{Ops: c.n, Elapsed: time.Since(start)}, nil
 }
 
-// AwaitSteady is Await measured from the first units counted to the
-// latest: the first count and everything before it (connecting, electing,
-// the first fetch) are left out, for every system alike.
+// StartLimit bounds how long AwaitSteady waits for the first count: a
+// system that has not done anything by then has failed, not started slow.
+const StartLimit = 30 * time.Second
+
+// AwaitSteady measures from the first units counted to the latest: the
+// first count and everything before it (connecting, electing, the first
+// fetch) are left out, for every system alike. It waits up to StartLimit
+// for the first count, then until the target or d after that first count.
 func (c *Counter) AwaitSteady(ctx context.Context, start time.Time, d time.Duration) (Sample, error) {
-	if err := c.wait(ctx, start, d); err != nil {
+	first := make(chan struct{})
+	c.mu.Lock()
+	c.onFirst = first
+	if !c.firstAt.IsZero() {
+		close(first)
+		c.onFirst = nil
+	}
+	c.mu.Unlock()
+	t := time.NewTimer(time.Until(start.Add(StartLimit)))
+	select {
+	case <-first:
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		return Sample{}, ctx.Err()
+	}
+	t.Stop()
+	c.mu.Lock()
+	firstAt := c.firstAt
+	c.mu.Unlock()
+	if firstAt.IsZero() {
+		return Sample{Elapsed: time.Since(start)}, nil
+	}
+	if err := c.wait(ctx, firstAt, d); err != nil {
 		return Sample{}, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.firstAt.IsZero() || !c.lastAt.After(c.firstAt) {
+	if !c.lastAt.After(c.firstAt) {
 		return Sample{Elapsed: time.Since(start)}, nil
 	}
 	return Sample{Ops: c.n - c.firstN, Elapsed: c.lastAt.Sub(c.firstAt)}, nil

@@ -92,8 +92,9 @@ func (w *WorkRows) Fill(ctx context.Context, n int) error {
 
 // BurnDown is baton's side of the work-row cells: one Worker whose Run
 // runs concurrency no-op handlers, claiming batch rows at a time, over a
-// table of n fresh rows, until every row is finalized or d passed. The
-// rate is the steady one (Counter.AwaitSteady), as for the peer.
+// table of n fresh rows, until every row is finalized or d after the
+// first finalize. The rate is the steady one (Counter.AwaitSteady), as for
+// the peer.
 func (w *WorkRows) BurnDown(concurrency, batch, n int, d time.Duration) System {
 	return System{
 		Name:    fmt.Sprintf("baton, batch %d", batch),
