@@ -84,7 +84,7 @@ type Keepalive struct {
 	mu      sync.Mutex
 	lost    chan struct{}
 	lostErr error
-	expiry  *time.Timer
+	expiry  *time.Timer // set under mu: its callback may run before StartKeepalive returns
 	next    *time.Timer // the next refresh; it runs on the timer's own goroutine
 	stopped bool
 
@@ -111,7 +111,10 @@ func StartKeepalive(cfg KeepaliveConfig, acquiredAt time.Time) (*Keepalive, erro
 	trust := cfg.TTL - cfg.SafetyMargin
 	k.validUntil.Store(int64(trust))
 	// Two timers and no goroutine of its own: a lock that is acquired and
-	// released within one interval costs no more than that.
+	// released within one interval costs no more than that. The expiry
+	// fires at once when trust ran out before the keepalive started (a slow
+	// obtain, a pause): holding mu until both fields are set makes onExpiry
+	// and markLost find them.
 	k.mu.Lock()
 	k.expiry = time.AfterFunc(time.Until(acquiredAt.Add(trust)), k.onExpiry)
 	k.next = time.AfterFunc(cfg.Interval, k.tick)

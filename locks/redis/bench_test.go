@@ -1,4 +1,4 @@
-package redis_test
+package redis
 
 import (
 	"context"
@@ -6,36 +6,30 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/internal/testenv"
-	batonredis "github.com/baton-go/baton/locks/redis"
-)
-
-// The fenced floor: the least a fenced Redis lock can send, one script
-// that sets the key and draws the token, one that deletes the key if ours.
-var (
-	floorAcquire = goredis.NewScript(`if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return redis.call("incr", KEYS[2]) end return 0`)
-	floorRelease = goredis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
 )
 
 // BenchmarkAcquireRelease times one uncontended acquire+release with this
 // provider and, interleaved in the same loop on the same server, with raw
 // redislock (Obtain + Release, no token, no keepalive) and with the fenced
-// floor (the two scripts above, no keepalive). ratio is baton over raw
-// redislock; floor-ratio is the fenced floor over raw redislock, the part
-// of the cost that fencing itself brings; baton over the floor is the
-// provider's own share, its keepalive started and stopped.
+// floor: the provider's own acquire and release scripts sent bare, without
+// a Provider, a Lock or a keepalive. ratio is baton over raw redislock;
+// floor-ratio is the floor over raw redislock, the part of the cost that
+// fencing itself brings; baton over the floor is the provider's own share.
 func BenchmarkAcquireRelease(b *testing.B) {
 	env := testenv.Redis(b)
-	p := newProvider(b, env, batonredis.Options{})
+	p, err := New(env.Client, Options{Prefix: env.Prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
 	raw := redislock.New(env.Client)
 	ctx := context.Background()
 	name := "bench"
 	rawKey := env.Prefix + "raw"
-	floorKeys := []string{env.Prefix + "floor", env.Prefix + "floor-fence"}
-	ttl := batonredis.DefaultTTL.Milliseconds()
+	floorKeys := []string{p.LockKey("floor"), p.FenceKey("floor")}
+	ttl := DefaultTTL.Milliseconds()
 	var ours, theirs, floor time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -49,7 +43,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		rl, err := raw.Obtain(ctx, rawKey, batonredis.DefaultTTL, nil)
+		rl, err := raw.Obtain(ctx, rawKey, DefaultTTL, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -57,10 +51,10 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		if tok, err := floorAcquire.Run(ctx, env.Client, floorKeys, "v", ttl).Int64(); err != nil || tok == 0 {
+		if tok, err := acquireScript.Run(ctx, env.Client, floorKeys, "v", ttl).Int64(); err != nil || tok == 0 {
 			b.Fatalf("floor acquire: %d, %v", tok, err)
 		}
-		if err := floorRelease.Run(ctx, env.Client, floorKeys[:1], "v").Err(); err != nil {
+		if err := releaseScript.Run(ctx, env.Client, floorKeys[:1], "v").Err(); err != nil {
 			b.Fatal(err)
 		}
 		t3 := time.Now()

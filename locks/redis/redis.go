@@ -9,12 +9,16 @@
 //
 // Three scripts of the provider's own do the work, each one round trip:
 // acquire sets the lock key only if it is absent and, in the same script,
-// increments the fence counter key, so a fencing token is only ever issued
-// with the lock and an acquisition costs one call; refresh extends and
-// release deletes the lock key only while it still holds this
-// acquisition's value. Both keys share a hash tag, so the provider works
-// on Redis Cluster. A server that forgot the scripts (restarted, SCRIPT
-// FLUSH) is sent their source again.
+// draws the next fencing token from the counter key, so a token is only
+// ever issued with the lock and an acquisition costs one call; refresh
+// extends and release deletes the lock key only while it still holds this
+// acquisition's value. A token is never below the server's clock in
+// microseconds, so tokens keep rising when the server loses the counter: a
+// restart without persistence, or a failover to a replica that lagged. A
+// server that forgot the scripts (restarted, SCRIPT FLUSH) is sent their
+// source again. Both keys share a hash tag, so the provider works on Redis
+// Cluster; a lock name beginning with '}', which would empty that tag, is
+// refused.
 package redis
 
 import (
@@ -82,14 +86,28 @@ func (o *Options) validate() error {
 }
 
 // acquireScript takes the lock key for this acquisition's value, if
-// absent, and then draws the next fencing token from the counter key, in
-// one atomic step. It answers the token, or 0 when the lock is held.
-// KEYS: lock, fence. ARGV: value, TTL in milliseconds.
+// absent, and then issues the next fencing token, in one atomic step. It
+// answers the token, or 0 when the lock is held. KEYS: lock, fence. ARGV:
+// value, TTL in milliseconds.
+//
+// The token is the counter plus one, raised to the server's clock in
+// microseconds when that is larger, and becomes the counter: a server that
+// lost the counter (a restart without persistence, a failover to a replica
+// that had not seen the last increments) resumes above every token it
+// issued before, as long as its clock did not go back. Lua's numbers are
+// doubles, exact below 2^53, which the clock in microseconds reaches in the
+// year 2255; %d writes the counter back as an integer.
+// redis.replicate_commands, first, lets Redis before 5 write after reading
+// TIME; later versions always replicate a script's effects.
 var acquireScript = goredis.NewScript(`
-if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
-	return redis.call("incr", KEYS[2])
+redis.replicate_commands()
+if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+	return 0
 end
-return 0`)
+local t = redis.call("time")
+local n = math.max(tonumber(redis.call("get", KEYS[2]) or "0") + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call("set", KEYS[2], string.format("%d", n))
+return n`)
 
 // refreshScript extends the lock key's TTL while it holds this
 // acquisition's value, answering 1, and 0 otherwise.
@@ -134,9 +152,27 @@ func (p *Provider) LockKey(name string) string { return p.opts.Prefix + "lock:{"
 // FenceKey is the key that counts the named lock's fencing tokens.
 func (p *Provider) FenceKey(name string) string { return p.opts.Prefix + "fence:{" + name + "}" }
 
-// Acquire implements lock.Provider.
+// checkName refuses a name beginning with '}'. The keys wrap the name in a
+// hash tag, "lock:{name}", and Redis Cluster takes the tag to end at the
+// first '}': such a name leaves it empty, Cluster then hashes whole keys,
+// and the lock key and its fence key land in different slots (the acquire
+// script is refused, and Acquire would retry until its deadline). A brace
+// anywhere else is harmless: both keys get the same tag.
+func checkName(name string) error {
+	if strings.HasPrefix(name, "}") {
+		return fmt.Errorf("%w: %q begins with '}', which would empty the Redis Cluster hash tag "+
+			"that keeps the lock and its fence counter in one slot", lock.ErrInvalidName, name)
+	}
+	return nil
+}
+
+// Acquire implements lock.Provider. Besides core's name rule it refuses a
+// name beginning with '}' (see docs/locks.md), with lock.ErrInvalidName.
 func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
 	if err := lock.CheckAcquire(name, opts); err != nil {
+		return nil, err
+	}
+	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	l := &Lock{client: p.client, name: name, key: p.LockKey(name)}
@@ -214,6 +250,10 @@ func (l *Lock) Token() uint64 { return l.token }
 
 // Lost implements lock.Lock.
 func (l *Lock) Lost() <-chan struct{} { return l.ka.Lost() }
+
+// Trusted implements lock.Lock: the keepalive's trust window, read on the
+// monotonic clock.
+func (l *Lock) Trusted() bool { return l.ka.Trusted() }
 
 // del deletes the lock key if it still holds this acquisition's value and
 // reports whether it did.
