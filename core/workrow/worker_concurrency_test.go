@@ -121,6 +121,9 @@ func TestWorker_ConcurrencyClaimsAsHandlersFreeUpAndRowsFinishOutOfOrder(t *test
 		}
 		time.Sleep(5 * time.Second)
 		_, started, finished := tr.snapshot()
+		// Rows 1 and 2 start at the same instant on two handlers, in
+		// either order; the rest one second apart.
+		slices.Sort(started[:2])
 		if !slices.Equal(started, seq(1, 6)) || !slices.Equal(finished, []int64{2, 3, 4, 5, 6, 1}) {
 			t.Fatalf("started %v, finished %v; want started in queue order, row 1 last to finish", started, finished)
 		}
