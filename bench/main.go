@@ -31,6 +31,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -127,7 +128,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// Interrupted or terminated, the run still drops its schema and keys.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	report, err := measure(ctx, p, selected, *pgURL, *redisAddr, stderr)
 	if err != nil {
