@@ -85,6 +85,10 @@ const (
 	wrConcurrentRow = 400
 	wrWorkerRows    = 300
 	wrWorkers       = 4
+	// wrConcurrency is the handlers per worker of the concurrent-handlers
+	// subtest, above its batch size so that claims refill the hand while
+	// handlers still run.
+	wrConcurrency = 24
 )
 
 // RunWorkRows runs the workrow.Store contract against the stores the
@@ -95,7 +99,7 @@ const (
 // OnClaimCountsAttemptsEvenWhenTheWorkerDies, CompletedRowsLeaveTheClaimIndex,
 // InvalidRequestsAreRefusedAndWriteNothing, FinalizeManyIsGuardedPerRow,
 // RenewExtendsOnlyOwnedRows, ReleaseMakesARowClaimableAtOnce,
-// WorkersCompleteEveryRowOnce.
+// WorkersCompleteEveryRowOnce, ConcurrentHandlersCompleteEveryRowOnce.
 //
 // Leases are judged by ClaimSpec.Now, so most subtests move time by
 // passing later Nows rather than by sleeping; the workers subtest runs
@@ -117,7 +121,8 @@ func RunWorkRows(t *testing.T, factory func(t *testing.T) WorkRowsHarness, featu
 		{"FinalizeManyIsGuardedPerRow", s.finalizeMany},
 		{"RenewExtendsOnlyOwnedRows", s.renew},
 		{"ReleaseMakesARowClaimableAtOnce", s.release},
-		{"WorkersCompleteEveryRowOnce", s.workers},
+		{"WorkersCompleteEveryRowOnce", func(t *testing.T) { s.workers(t, 1) }},
+		{"ConcurrentHandlersCompleteEveryRowOnce", func(t *testing.T) { s.workers(t, wrConcurrency) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -643,7 +648,9 @@ func (s *workRowsSuite) release(t *testing.T) {
 	}
 }
 
-func (s *workRowsSuite) workers(t *testing.T) {
+// workers burns the table down with wrWorkers Workers over both stores,
+// each running concurrency handlers at once.
+func (s *workRowsSuite) workers(t *testing.T, concurrency int) {
 	h := s.harness(t)
 	ctx := testCtx(t)
 	wrInsert(t, ctx, h, wrFresh(wrWorkerRows)...)
@@ -672,11 +679,15 @@ func (s *workRowsSuite) workers(t *testing.T) {
 			OnFail: func(_ time.Time, err error) []workrow.Set {
 				return []workrow.Set{workrow.Assign("last_error", err.Error())}
 			},
-			Backoff:   workrow.Steps{20 * time.Millisecond},
-			BatchSize: 16,
-			Lease:     30 * time.Second,
-			IdleDelay: 20 * time.Millisecond,
+			Backoff:     workrow.Steps{20 * time.Millisecond},
+			BatchSize:   16,
+			Concurrency: concurrency,
+			Lease:       30 * time.Second,
+			IdleDelay:   20 * time.Millisecond,
 			Handler: func(_ context.Context, c workrow.Claimed[int64, WorkRow]) workrow.Outcome {
+				if concurrency > 1 {
+					time.Sleep(time.Millisecond) // handlers overlap, and finish out of order
+				}
 				mu.Lock()
 				defer mu.Unlock()
 				if c.ID%7 == 0 && c.Row.Attempts == 1 {

@@ -326,3 +326,17 @@ func TestKeepalive_StartedAfterTrustRanOutIsLostAtOnceWithoutAPanic(t *testing.T
 		}
 	}
 }
+
+// BenchmarkKeepaliveStartStop is what a keepalive adds to a lock held for
+// less than one refresh interval: its timers set and stopped.
+func BenchmarkKeepaliveStartStop(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		k, err := lock.StartKeepalive(lock.KeepaliveConfig{TTL: 10 * time.Second, SafetyMargin: time.Second,
+			Refresh: func(context.Context) error { return nil }}, time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		k.Stop()
+	}
+}
