@@ -304,6 +304,52 @@ func NoneHeldWithin(from, to int64, why string) func(map[string][]interval) viol
 	return func(held map[string][]interval) violations { return checkNoneHeldWithin(held, from, to, why) }
 }
 
+// Roles is every role a holder child registers.
+func Roles() []string { return leaseRoles() }
+
+// Takeovers counts the terms that began within [from, to] in a child other
+// than the one that held the role before.
+func (h *Holders) Takeovers(from, to int64) int {
+	n := 0
+	for _, ivs := range heldIntervals(h.col.snapshot(), h.gone, time.Now().UnixNano()) {
+		for i, iv := range ivs {
+			if i > 0 && iv.from >= from && iv.from <= to && ivs[i-1].child != iv.child {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Gaps counts the roles that were not held by a single term throughout
+// [from, to].
+func (h *Holders) Gaps(from, to int64) int {
+	return len(checkHeldThroughout(heldIntervals(h.col.snapshot(), h.gone, time.Now().UnixNano()), from, to, ""))
+}
+
+// HeldThroughout is an extra check for Check: every role was held by one
+// child with one token from before from until after to.
+func HeldThroughout(from, to int64, why string) func(map[string][]interval) violations {
+	return func(held map[string][]interval) violations { return checkHeldThroughout(held, from, to, why) }
+}
+
+func checkHeldThroughout(held map[string][]interval, from, to int64, why string) violations {
+	var v violations
+	for _, role := range leaseRoles() {
+		ok := false
+		for _, iv := range held[role] {
+			if iv.from <= from && iv.to >= to {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			v.add("role %s not held by one term throughout [%s, %s] %s: %v", role, clock(from), clock(to), why, held[role])
+		}
+	}
+	return v
+}
+
 // HolderTarget is a lease store's server as the holder scenario sees it.
 type HolderTarget struct {
 	// Addr is the server's host:port, to which each holder's fault proxy
