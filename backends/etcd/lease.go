@@ -66,8 +66,9 @@ func (o *LeaseStoreOptions) validate() error {
 // A held role is the key Prefix+"lease/role/"+role, attached to an etcd
 // lease of its holder's: the holder's session. All of a holder's roles
 // (for one LeaseDuration) hang on that one lease, so a heartbeat that only
-// renews is one KeepAlive, whatever the number of roles, and expiry is
-// etcd's: when the holder stops renewing, etcd revokes the lease and
+// renews is one KeepAlive, whatever the number of roles (with a count-only
+// read beside it, which fails when the cluster has lost its quorum), and
+// expiry is etcd's: when the holder stops renewing, etcd revokes the lease and
 // deletes every role key on it at once.
 //
 // A role's fencing token is its key's create revision, the revision of
@@ -216,7 +217,8 @@ func ttlSeconds(d time.Duration) int64 {
 //
 // Claims of terms this instance holds for the holder on the session of
 // this LeaseDuration, at the same address, are renewed by the session's
-// KeepAlive alone. Every other claim is a small transaction of its own
+// KeepAlive, with a count-only read beside it that needs the cluster's
+// quorum. Every other claim is a small transaction of its own
 // (take the key if absent; or move a known term to this session and
 // address, and take it if it is gone), nested in as few transactions as
 // MaxTxnOps allows, sent together with the KeepAlive.
@@ -262,11 +264,12 @@ func (s *LeaseStore) beat(ctx context.Context, hs *holderState, req lease.Heartb
 	start := time.Now()
 	sess := hs.sessions[ttl]
 	var (
-		wg    sync.WaitGroup
-		kaTTL int64
-		kaErr error
+		wg      sync.WaitGroup
+		kaTTL   int64
+		kaErr   error
+		granted = sess == nil
 	)
-	if sess == nil {
+	if granted {
 		resp, err := s.client.Grant(ctx, ttl)
 		if err != nil {
 			return nil, mapErr("grant the session lease", err)
@@ -318,6 +321,20 @@ func (s *LeaseStore) beat(ctx context.Context, hs *holderState, req lease.Heartb
 	batches := (len(txnClaims) + s.batch - 1) / s.batch
 	results := make([]*clientv3.TxnResponse, batches)
 	errs := make([]error, batches)
+	var quorumErr error
+	if batches == 0 && !granted {
+		// Only renewals, and a KeepAlive is answered by the leader alone: a
+		// leader cut off from its quorum goes on answering until it steps
+		// down, up to two election timeouts later. A linearizable read
+		// needs the quorum, so with it the heartbeat fails as soon as the
+		// quorum is gone, and the holders fail closed on time. (A
+		// transaction, or a grant, goes through consensus anyway.)
+		wg.Go(func() {
+			if _, err := s.client.Get(ctx, s.opts.Prefix+"lease/quorum", clientv3.WithCountOnly()); err != nil {
+				quorumErr = mapErr("confirm the cluster's quorum", err)
+			}
+		})
+	}
 	for b := range batches {
 		part := txnClaims[b*s.batch : min((b+1)*s.batch, len(txnClaims))]
 		ops := make([]clientv3.Op, len(part))
@@ -357,6 +374,9 @@ func (s *LeaseStore) beat(ctx context.Context, hs *holderState, req lease.Heartb
 	}
 	if kaErr != nil {
 		return nil, kaErr
+	}
+	if quorumErr != nil {
+		return nil, quorumErr
 	}
 	if err := firstErr(errs); err != nil {
 		return nil, mapErr("heartbeat transaction", err)
