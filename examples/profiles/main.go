@@ -13,7 +13,8 @@
 //     token.
 //
 // Without an engine URL it delivers to a fake graph engine started in the
-// process (graph/graphtest). See README.md in this directory.
+// process (graph/graphtest). The service itself is package service; this
+// command wires it to PostgreSQL alone. See README.md in this directory.
 package main
 
 import (
@@ -24,11 +25,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
+
+	"github.com/baton-go/baton/examples/profiles/service"
 )
 
 func main() {
-	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	cfg, err := service.ParseConfig(flag.NewFlagSet("profiles", flag.ContinueOnError), os.Args[1:], os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "profiles:", err)
 		os.Exit(2)
@@ -36,71 +38,8 @@ func main() {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg); err != nil {
+	if err := service.Run(ctx, cfg); err != nil {
 		cfg.Logger.Error("profiles stopped", "err", err)
 		os.Exit(1)
 	}
-}
-
-// Environment variables read for each flag's default. A flag given on the
-// command line wins.
-const (
-	envListen           = "PROFILES_LISTEN"
-	envDatabaseURL      = "DATABASE_URL"
-	envEngineURL        = "GRAPH_ENGINE_URL"
-	envEngineToken      = "GRAPH_ENGINE_TOKEN"
-	envAdminToken       = "PROFILES_ADMIN_TOKEN"
-	envAdvertise        = "PROFILES_ADVERTISE"
-	envInstanceID       = "PROFILES_INSTANCE_ID"
-	envMaintenanceEvery = "PROFILES_MAINTENANCE_EVERY"
-)
-
-const (
-	defaultListen           = "127.0.0.1:8080"
-	defaultDatabaseURL      = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	defaultMaintenanceEvery = 10 * time.Second
-)
-
-// parseConfig reads the flags, with defaults from the environment.
-func parseConfig(args []string, getenv func(string) string) (config, error) {
-	or := func(key, def string) string {
-		if v := getenv(key); v != "" {
-			return v
-		}
-		return def
-	}
-	every := defaultMaintenanceEvery
-	if v := getenv(envMaintenanceEvery); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return config{}, fmt.Errorf("%s=%q is not a duration such as 10s", envMaintenanceEvery, v)
-		}
-		every = d
-	}
-
-	var cfg config
-	fs := flag.NewFlagSet("profiles", flag.ContinueOnError)
-	fs.StringVar(&cfg.Listen, "listen", or(envListen, defaultListen),
-		"address to listen on; a wildcard host (\":8080\") advertises the first non-loopback IPv4 address [$"+envListen+"]")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", or(envDatabaseURL, defaultDatabaseURL),
-		"PostgreSQL URL; tables go to the connection's current schema (add search_path=... to choose it) [$"+envDatabaseURL+"]")
-	fs.StringVar(&cfg.EngineURL, "engine-url", getenv(envEngineURL),
-		"graph engine delivery URL; empty starts a fake engine inside this process [$"+envEngineURL+"]")
-	fs.StringVar(&cfg.EngineToken, "engine-token", getenv(envEngineToken),
-		"bearer token sent to the graph engine, if it needs one [$"+envEngineToken+"]")
-	fs.StringVar(&cfg.AdminToken, "admin-token", getenv(envAdminToken),
-		"bearer token for /admin/outbox/; empty turns the admin API off [$"+envAdminToken+"]")
-	fs.StringVar(&cfg.Advertise, "advertise", getenv(envAdvertise),
-		"address other instances reach this one at, e.g. https://app-03.internal:8443; empty derives it from -listen [$"+envAdvertise+"]")
-	fs.StringVar(&cfg.InstanceID, "instance-id", getenv(envInstanceID),
-		"this instance's name in the lease table; empty is the host name plus a random suffix [$"+envInstanceID+"]")
-	fs.DurationVar(&cfg.MaintenanceEvery, "maintenance-every", every,
-		"pause between maintenance cycles [$"+envMaintenanceEvery+"]")
-	if err := fs.Parse(args); err != nil {
-		return config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments %q; every setting is a flag", fs.Args())
-	}
-	return cfg, cfg.validate()
 }

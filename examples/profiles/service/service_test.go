@@ -1,9 +1,10 @@
-package main
+package service
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,7 +35,7 @@ const waitFor = 20 * time.Second
 // instance is one copy of the service, run in-process by run.
 type instance struct {
 	name   string
-	info   instanceInfo
+	info   InstanceInfo
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -80,8 +81,8 @@ func startInstance(t *testing.T, name, dbURL, engineURL string) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	inst := &instance{name: name, cancel: cancel, done: make(chan error, 1)}
-	ready := make(chan instanceInfo, 1)
-	cfg := config{
+	ready := make(chan InstanceInfo, 1)
+	cfg := Config{
 		Listen:           "127.0.0.1:0",
 		DatabaseURL:      dbURL,
 		EngineURL:        engineURL,
@@ -93,9 +94,9 @@ func startInstance(t *testing.T, name, dbURL, engineURL string) *instance {
 		HeldSafetyMargin: 500 * time.Millisecond,
 		OutboxIdleDelay:  50 * time.Millisecond,
 		Logger:           slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Ready:            func(i instanceInfo) { ready <- i },
+		Ready:            func(i InstanceInfo) { ready <- i },
 	}
-	go func() { inst.done <- run(ctx, cfg) }()
+	go func() { inst.done <- Run(ctx, cfg) }()
 	t.Cleanup(func() { inst.stop(t) })
 	select {
 	case inst.info = <-ready:
@@ -387,7 +388,10 @@ func TestConfig_FlagsWinOverTheEnvironmentAndBadValuesAreNamed(t *testing.T) {
 		envAdminToken:       "from-env",
 		envMaintenanceEvery: "3s",
 	}
-	cfg, err := parseConfig([]string{"-listen", "127.0.0.1:9001"}, func(k string) string { return env[k] })
+	parse := func(args ...string) (Config, error) {
+		return ParseConfig(flag.NewFlagSet("profiles", flag.ContinueOnError), args, func(k string) string { return env[k] })
+	}
+	cfg, err := parse("-listen", "127.0.0.1:9001")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,14 +403,14 @@ func TestConfig_FlagsWinOverTheEnvironmentAndBadValuesAreNamed(t *testing.T) {
 	}
 
 	env[envMaintenanceEvery] = "often"
-	if _, err := parseConfig(nil, func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), envMaintenanceEvery) {
+	if _, err := parse(); err == nil || !strings.Contains(err.Error(), envMaintenanceEvery) {
 		t.Errorf("an unparsable %s gave %v, want an error naming it", envMaintenanceEvery, err)
 	}
 	delete(env, envMaintenanceEvery)
-	if _, err := parseConfig([]string{"-engine-token", "t"}, func(k string) string { return env[k] }); err == nil {
+	if _, err := parse("-engine-token", "t"); err == nil {
 		t.Error("an engine token without an engine URL was accepted")
 	}
-	if _, err := parseConfig([]string{"-maintenance-every", "0s"}, func(k string) string { return env[k] }); err == nil {
+	if _, err := parse("-maintenance-every", "0s"); err == nil {
 		t.Error("a zero maintenance interval was accepted")
 	}
 }
