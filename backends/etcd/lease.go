@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -91,6 +92,11 @@ type LeaseStore struct {
 	rolePrefix string
 	freePrefix string
 	batch      int // claims per transaction
+
+	// seenRev is the latest revision a heartbeat of this store saw: the
+	// release watch starts after it, so that a release between a
+	// follower's heartbeat and the moment its watch is live still wakes it.
+	seenRev atomic.Int64
 
 	mu      sync.Mutex
 	closed  bool
@@ -287,6 +293,7 @@ func (s *LeaseStore) beat(ctx context.Context, hs *holderState, req lease.Heartb
 				return
 			}
 			kaTTL = resp.TTL
+			s.saw(resp.ResponseHeader.GetRevision())
 		})
 	}
 
@@ -363,6 +370,7 @@ func (s *LeaseStore) beat(ctx context.Context, hs *holderState, req lease.Heartb
 		if errs[b] != nil {
 			continue
 		}
+		s.saw(resp.Header.Revision)
 		part := txnClaims[b*s.batch : min((b+1)*s.batch, len(txnClaims))]
 		for j, i := range part {
 			rec, ok, err := s.claimResult(hs, plan[i], sess, fresh, resp.Header.Revision, resp.Responses[j].GetResponseTxn())
@@ -476,6 +484,16 @@ func (s *LeaseStore) claimResult(hs *holderState, p plannedClaim, sess *session,
 	hs.terms[p.role] = &term{token: token, lease: clientv3.LeaseID(kv.Lease), value: v, claimed: time.Now()}
 	held := clientv3.LeaseID(kv.Lease) == sess.id && v.Holder == fresh.Holder
 	return v.record(p.role, token, held), true, nil
+}
+
+// saw records a revision a heartbeat's answer carried.
+func (s *LeaseStore) saw(rev int64) {
+	for {
+		cur := s.seenRev.Load()
+		if rev <= cur || s.seenRev.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
 }
 
 func (hs *holderState) ownsLease(id clientv3.LeaseID) bool {
@@ -666,7 +684,8 @@ func (s *LeaseStore) checkOpen() error {
 
 // WatchReleases implements lease.ReleaseWatcher: it watches the role keys
 // for deletions, which are releases and expiries alike (either frees the
-// role). The watch requires a leader, so a member cut off from its cluster
+// role), from the revision after the last one a heartbeat of this store
+// saw (or, before any, after the present one). The watch requires a leader, so a member cut off from its cluster
 // ends it with an error instead of going quiet.
 func (s *LeaseStore) WatchReleases(ctx context.Context, released func(role string)) error {
 	if err := ctx.Err(); err != nil {
@@ -674,9 +693,36 @@ func (s *LeaseStore) WatchReleases(ctx context.Context, released func(role strin
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for resp := range s.client.Watch(wctx, s.rolePrefix, clientv3.WithPrefix(), clientv3.WithFilterPut()) {
+	// A watch goes live at the server some time after the call; starting it
+	// at a known revision makes it report every release after that one,
+	// whenever it goes live: the last one a heartbeat saw, or else the
+	// present. A heartbeat may finish while the present is asked for, so
+	// the revision it saw is looked at again after the answer, and the
+	// earlier of the two wins.
+	rev := s.seenRev.Load()
+	if rev == 0 {
+		resp, err := s.client.Get(wctx, s.opts.Prefix+"lease/quorum", clientv3.WithCountOnly())
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return mapErr("watch releases", err)
+		}
+		rev = resp.Header.Revision
+		if seen := s.seenRev.Load(); seen > 0 && seen < rev {
+			rev = seen
+		}
+	}
+	watch := s.client.Watch(wctx, s.rolePrefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(rev+1))
+	for resp := range watch {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if resp.CompactRevision != 0 {
+			// The revision to start from is compacted away: the caller
+			// restarts the watch, from the present this time.
+			s.seenRev.Store(0)
+			return fmt.Errorf("baton/etcd: watch releases: revision %d is compacted", resp.CompactRevision)
 		}
 		if err := resp.Err(); err != nil {
 			return mapErr("watch releases", err)

@@ -420,12 +420,13 @@ func (c *Cluster) Start(i int) {
 // Leader returns the index of the member that leads the cluster now, as
 // the members that answer see it; -1 when none does.
 func (c *Cluster) Leader(cli *clientv3.Client) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
 	ids := map[uint64]int{}
 	var leader uint64
 	for i, ep := range c.Endpoints() {
+		// A short wait per member: a dead one must not hold up the answer.
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		st, err := cli.Status(ctx, ep)
+		cancel()
 		if err != nil {
 			continue
 		}
