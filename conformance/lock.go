@@ -65,7 +65,7 @@ const (
 // rule: MutualExclusion, TokensStrictlyIncrease, WaitElapses,
 // ZeroWaitTriesOnce, ContextCancelEndsWait, ReleaseLetsWaiterIn,
 // ReleaseClosesLost, LostClosesAfterTakeAway, ReleaseAfterLoss,
-// InvalidNames, InvalidOptions.
+// TrustedEndsWithTheHold, InvalidNames, InvalidOptions.
 func RunLockProvider(t *testing.T, factory func(t *testing.T) LockHarness, features LockFeatures) {
 	f := features.withDefaults()
 	s := &lockSuite{factory: factory, f: f}
@@ -82,6 +82,7 @@ func RunLockProvider(t *testing.T, factory func(t *testing.T) LockHarness, featu
 		{"ReleaseClosesLost", s.releaseClosesLost},
 		{"LostClosesAfterTakeAway", s.lostAfterTakeAway},
 		{"ReleaseAfterLoss", s.releaseAfterLoss},
+		{"TrustedEndsWithTheHold", s.trustedEndsWithTheHold},
 		{"InvalidNames", s.invalidNames},
 		{"InvalidOptions", s.invalidOptions},
 	} {
@@ -442,6 +443,43 @@ func (s *lockSuite) releaseAfterLoss(t *testing.T) {
 	}
 	if err := successor.Release(ctx); err != nil {
 		t.Fatalf("the successor's Release: %v", err)
+	}
+}
+
+// trustedEndsWithTheHold: Trusted is the synchronous form of Lost. A
+// fresh lock is trusted; once Lost has closed (the hold was taken away) or
+// the lock was released, Trusted is false, and stays false.
+func (s *lockSuite) trustedEndsWithTheHold(t *testing.T) {
+	h := s.harness(t)
+	ctx := testCtx(t)
+	name := uniqueName(t, "trusted")
+	l := mustAcquire(t, ctx, h.Provider, name, 0)
+	if !l.Trusted() {
+		t.Fatal("Trusted() is false on a freshly acquired lock")
+	}
+	if err := h.TakeAway(ctx, name); err != nil {
+		t.Fatalf("TakeAway: %v", err)
+	}
+	if !closedWithin(l.Lost(), s.f.LossDetection) {
+		t.Fatalf("Lost did not close within %v of the lock being taken away", s.f.LossDetection)
+	}
+	if l.Trusted() {
+		t.Fatal("Trusted() is true although Lost has closed; work guarded by it would go on")
+	}
+	releaseQuietly(l)
+	if l.Trusted() {
+		t.Fatal("Trusted() is true after Release of a lost lock")
+	}
+
+	again := mustAcquire(t, ctx, h.Second, name, 10*time.Second)
+	if !again.Trusted() {
+		t.Fatal("Trusted() is false on the next holder's fresh lock")
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if again.Trusted() {
+		t.Fatal("Trusted() is true after Release")
 	}
 }
 

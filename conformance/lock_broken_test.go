@@ -37,6 +37,11 @@ var brokenProviders = map[string]struct {
 		mustCatch:  []string{"LostClosesAfterTakeAway", "ReleaseAfterLoss"},
 		mustPassAt: []string{"TokensStrictlyIncrease", "MutualExclusion"},
 	},
+	"trusted-ignores-the-hold": {
+		wrap:       func(p *memory.Provider) lock.Provider { return alwaysTrusted{p} },
+		mustCatch:  []string{"TrustedEndsWithTheHold"},
+		mustPassAt: []string{"LostClosesAfterTakeAway", "ReleaseClosesLost", "MutualExclusion"},
+	},
 	"no-exclusion": {
 		wrap:       func(p *memory.Provider) lock.Provider { return noExclusion{p} },
 		mustCatch:  []string{"MutualExclusion", "WaitElapses", "ZeroWaitTriesOnce"},
@@ -132,6 +137,21 @@ type neverLostLock struct {
 }
 
 func (l neverLostLock) Lost() <-chan struct{} { return l.never }
+
+// alwaysTrusted reports Trusted whatever became of the hold.
+type alwaysTrusted struct{ p *memory.Provider }
+
+func (b alwaysTrusted) Acquire(ctx context.Context, name string, o lock.AcquireOptions) (lock.Lock, error) {
+	l, err := b.p.Acquire(ctx, name, o)
+	if err != nil {
+		return nil, err
+	}
+	return alwaysTrustedLock{l}, nil
+}
+
+type alwaysTrustedLock struct{ lock.Lock }
+
+func (alwaysTrustedLock) Trusted() bool { return true }
 
 // noExclusion grants every Acquire at once, with a fresh provider per call.
 type noExclusion struct{ p *memory.Provider }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/baton-go/baton/core/outbox"
 )
@@ -52,6 +53,23 @@ type OutboxHarness struct {
 	// xids come from the same counter as the store's (for PostgreSQL, the
 	// same cluster).
 	Producer OutboxProducer
+	// HoldSettle applies a settlement as Store.Settle does, but stops just
+	// before its commit and keeps it open until the returned
+	// HeldSettlement ends it: for a database, the settling transaction with
+	// everything written and every lock it took still held. Required: the
+	// suite enqueues while a park is uncommitted.
+	HoldSettle func(ctx context.Context, s outbox.Settlement) (HeldSettlement, error)
+}
+
+// HeldSettlement is a settlement applied and not yet committed.
+type HeldSettlement interface {
+	// Blocking reports whether another transaction (a producer's) is
+	// waiting for this one to end.
+	Blocking(ctx context.Context) (bool, error)
+	// Commit commits the settlement.
+	Commit(ctx context.Context) error
+	// Rollback undoes it; after Commit it does nothing.
+	Rollback(ctx context.Context) error
 }
 
 // OutboxFeatures declares what an outbox store cannot do. Every rule of
@@ -85,15 +103,18 @@ const (
 // EntriesOfOneTransactionComeOutInIDOrder,
 // TransactionsComeOutInXIDOrderNotCommitOrder,
 // TransactionWithoutWritesHoldsNothingBack, RolledBackEntriesNeverAppear,
-// ConcurrentProducersAreWalkedWithoutGaps, ScanHonoursCursorAndLimit.
+// ConcurrentProducersAreWalkedWithoutGaps, ScanHonoursCursorAndLimit,
+// ScanStopsAtTheByteBudget.
 //
-// Producer: EnqueueRejectsInvalidEntries, EnqueueRejectsDuplicateIDs,
-// TransactionIsDoneAfterCommitOrRollback.
+// Producer: EnqueueRejectsInvalidEntries, EnqueueRejectsOversizedPayloads,
+// EnqueueRejectsDuplicateIDs, EnqueueRejectsTheIDOfADeadLetter,
+// EnqueueOfAnIDBeingParkedIsRefused, TransactionIsDoneAfterCommitOrRollback.
 //
 // Settlement: SettleIsCompareAndSet, StaleSettleLoses,
 // CursorNeverGoesBackwards, ConcurrentFirstSettlesOneWins,
 // ParkingMovesEntriesToDeadLetters, ParkingAnUnknownEntryWritesNothing,
-// StateUpsertsAndRemovesKeys.
+// StateUpsertsAndRemovesKeys, SettleRefusesTextNoStoreCanKeep,
+// SettleKeepsEveryStorableReasonExactly.
 //
 // Dead letters: DeadLettersListWithoutPayloadsAndPaginate,
 // UnknownDeadLetterIsNotFound, RequeueAppendsAFreshEntry,
@@ -101,6 +122,8 @@ const (
 //
 // Retention: DeleteDeliveredStaysAtOrBelowTheCursor,
 // DeleteDeliveredHonoursTheWindow, DeleteRequeuedKeepsUnreplayedDeadLetters.
+//
+// Transaction counter: NextXIDIsAboveEveryCommittedEntry.
 //
 // Arguments: InvalidArgumentsAreErrors.
 //
@@ -131,6 +154,7 @@ func RunOutboxStore(t *testing.T, factory func(t *testing.T) OutboxHarness, feat
 		{"EnqueueRejectsInvalidEntries", s.invalidEntries},
 		{"EnqueueRejectsDuplicateIDs", s.duplicateIDs},
 		{"EnqueueRejectsTheIDOfADeadLetter", s.deadLetterID},
+		{"EnqueueOfAnIDBeingParkedIsRefused", s.enqueueWhileParking},
 		{"TransactionIsDoneAfterCommitOrRollback", s.txDone},
 		{"SettleIsCompareAndSet", s.settleCAS},
 		{"StaleSettleLoses", s.staleSettle},
@@ -139,6 +163,8 @@ func RunOutboxStore(t *testing.T, factory func(t *testing.T) OutboxHarness, feat
 		{"ParkingMovesEntriesToDeadLetters", s.parking},
 		{"ParkingAnUnknownEntryWritesNothing", s.parkingUnknown},
 		{"StateUpsertsAndRemovesKeys", s.stateUpsert},
+		{"SettleRefusesTextNoStoreCanKeep", s.unstorableText},
+		{"SettleKeepsEveryStorableReasonExactly", s.storableReasons},
 		{"DeadLettersListWithoutPayloadsAndPaginate", s.listDead},
 		{"UnknownDeadLetterIsNotFound", s.unknownDead},
 		{"RequeueAppendsAFreshEntry", s.requeue},
@@ -147,7 +173,10 @@ func RunOutboxStore(t *testing.T, factory func(t *testing.T) OutboxHarness, feat
 		{"DeleteDeliveredStaysAtOrBelowTheCursor", s.deleteDeliveredBounds},
 		{"DeleteDeliveredHonoursTheWindow", s.deleteDeliveredWindow},
 		{"DeleteRequeuedKeepsUnreplayedDeadLetters", s.deleteRequeued},
+		{"NextXIDIsAboveEveryCommittedEntry", s.nextXID},
 		{"InvalidArgumentsAreErrors", s.invalidArguments},
+		{"EnqueueRejectsOversizedPayloads", s.oversizedPayloads},
+		{"ScanStopsAtTheByteBudget", s.scanByteBudget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -169,6 +198,9 @@ func (s *outboxSuite) harness(t *testing.T) OutboxHarness {
 	}
 	if h.Producer == nil {
 		t.Fatal("conformance: the factory returned no Producer")
+	}
+	if h.HoldSettle == nil {
+		t.Fatal("conformance: the factory returned no HoldSettle")
 	}
 	return h
 }
@@ -229,6 +261,15 @@ func samePayload(a, b []byte) bool {
 		return false
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// beyond keeps the entries of a scan that lie after the stored cursor:
+// what the walk has still to deliver. A store may keep parked entries
+// below the cursor until retention, as delivered ones.
+func (x *outboxT) beyond(es []outbox.Entry) []outbox.Entry {
+	x.t.Helper()
+	cur := x.cursor()
+	return slices.DeleteFunc(slices.Clone(es), func(e outbox.Entry) bool { return e.Cursor().Compare(cur) <= 0 })
 }
 
 // withoutBarriers drops barrier entries from a scan.
@@ -831,6 +872,7 @@ func (s *outboxSuite) invalidEntries(t *testing.T) {
 		{"payload not JSON", outbox.NewID(), outboxLaneA, []byte(`{"n": 1`)},
 		{"two JSON values", outbox.NewID(), outboxLaneA, []byte(`{} {}`)},
 		{"payload with \\u0000", outbox.NewID(), outboxLaneA, []byte(`{"s": "a\u0000b"}`)},
+		{"payload not UTF-8", outbox.NewID(), outboxLaneA, []byte("{\"s\": \"a\xffb\"}")},
 	} {
 		if err := tx.Enqueue(ctx, tc.id, tc.lane, tc.payload); !errors.Is(err, outbox.ErrInvalidEntry) {
 			t.Errorf("Enqueue with %s: err = %v, want one wrapping outbox.ErrInvalidEntry", tc.name, err)
@@ -851,16 +893,16 @@ func (s *outboxSuite) duplicateIDs(t *testing.T) {
 	x.commitTx(e)
 
 	tx := x.begin()
-	if err := tx.Enqueue(ctx, e.ID, outboxLaneB, []byte(`{"copy": true}`)); err == nil {
-		t.Errorf("Enqueue of the id of a committed entry succeeded")
+	if err := tx.Enqueue(ctx, e.ID, outboxLaneB, []byte(`{"copy": true}`)); !errors.Is(err, outbox.ErrIDInUse) {
+		t.Errorf("Enqueue of the id of a committed entry: err = %v, want outbox.ErrIDInUse", err)
 	}
 	_ = tx.Rollback(ctx)
 
 	dup := outboxEntry(outboxLaneB, 2)
 	tx = x.begin()
 	x.enqueue(tx, dup)
-	if err := tx.Enqueue(ctx, dup.ID, outboxLaneA, []byte(`{"copy": true}`)); err == nil {
-		t.Errorf("Enqueue of an id already enqueued in the same transaction succeeded")
+	if err := tx.Enqueue(ctx, dup.ID, outboxLaneA, []byte(`{"copy": true}`)); !errors.Is(err, outbox.ErrIDInUse) {
+		t.Errorf("Enqueue of an id already enqueued in the same transaction: err = %v, want outbox.ErrIDInUse", err)
 	}
 	_ = tx.Rollback(ctx)
 
@@ -887,11 +929,80 @@ func (s *outboxSuite) deadLetterID(t *testing.T) {
 	}
 	x.enqueue(tx, other)
 	x.commit(tx)
-	got := withoutBarriers(x.barrier())
+	got := x.beyond(withoutBarriers(x.barrier()))
 	x.checkEntries("after the refused enqueue", got, other)
 	if d := x.getDead(p.ID); d.Error != "rejected" || !d.RequeuedAs.IsNil() {
 		t.Errorf("the dead letter changed: %+v", d)
 	}
+}
+
+// enqueueWhileParking: while the settlement that parks entry X is open,
+// a producer enqueues X again. Whether its statement runs before the park
+// commits, waits for it, or runs after, it must be refused with
+// outbox.ErrIDInUse: had it gone through, X would be both an entry and a
+// dead letter, and parking the new X later would fail every settlement.
+func (s *outboxSuite) enqueueWhileParking(t *testing.T) {
+	x := s.start(t)
+	h, ctx := x.h, x.ctx
+	es := x.visible(outboxEntry(outboxLaneA, 1))
+	held, err := h.HoldSettle(ctx, outbox.Settlement{From: outbox.Cursor{}, To: es[0].Cursor(), Park: parkAll("parked", es[0])})
+	if err != nil {
+		t.Fatalf("HoldSettle: %v", err)
+	}
+	defer func() { _ = held.Rollback(context.WithoutCancel(ctx)) }()
+
+	tx := x.begin()
+	result := make(chan error, 1)
+	go func() { result <- tx.Enqueue(ctx, es[0].ID, outboxLaneB, []byte(`{"again": true}`)) }()
+	var (
+		answered bool
+		err1     error
+	)
+	for deadline := time.Now().Add(outboxVisibilityWait); !answered; time.Sleep(5 * time.Millisecond) {
+		select {
+		case err1 = <-result:
+			answered = true
+			continue
+		default:
+		}
+		blocked, err := held.Blocking(ctx)
+		if err != nil {
+			t.Fatalf("Blocking: %v", err)
+		}
+		if blocked {
+			break // the enqueue waits for the settlement to end
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the enqueue neither answered nor waited for the open settlement within %v", outboxVisibilityWait)
+		}
+	}
+	if answered && !errors.Is(err1, outbox.ErrIDInUse) {
+		t.Fatalf("Enqueue of the id of an entry whose park is not yet committed: err = %v, want outbox.ErrIDInUse", err1)
+	}
+	if err := held.Commit(ctx); err != nil {
+		t.Fatalf("committing the held settlement: %v", err)
+	}
+	if !answered {
+		select {
+		case err1 = <-result:
+		case <-time.After(outboxVisibilityWait):
+			t.Fatal("the enqueue still waits after the settlement committed")
+		}
+		if !errors.Is(err1, outbox.ErrIDInUse) {
+			t.Fatalf("Enqueue that waited for the park of its id to commit: err = %v, want outbox.ErrIDInUse", err1)
+		}
+	}
+	_ = tx.Rollback(ctx)
+
+	again := x.begin()
+	if err := again.Enqueue(ctx, es[0].ID, outboxLaneB, []byte(`{"again": true}`)); !errors.Is(err, outbox.ErrIDInUse) {
+		t.Fatalf("Enqueue of a parked id after the park committed: err = %v, want outbox.ErrIDInUse", err)
+	}
+	_ = again.Rollback(ctx)
+	if rest := x.beyond(withoutBarriers(x.barrier())); len(rest) != 0 {
+		t.Fatalf("after the park the walk has %v beyond the cursor; want nothing", entryIDs(rest))
+	}
+	x.checkDead(x.getDead(es[0].ID), es[0], "parked "+es[0].ID.String(), true)
 }
 
 func (s *outboxSuite) txDone(t *testing.T) {
@@ -1081,7 +1192,10 @@ func (s *outboxSuite) parking(t *testing.T) {
 		Park:  []outbox.Parked{{Entry: sp1, Reason: "no processor for lane a"}, {Entry: sp2, Reason: "rejected: 422"}},
 		State: map[string]*string{outbox.KeyLastDeadLetterAt: stateValue("2030-01-02T03:04:05Z")},
 	})
-	x.checkEntries("the outbox after parking", x.scan(outbox.Cursor{}, outboxScanAll), sd1)
+	// Parked entries leave the walk with the cursor; whether a store keeps
+	// them below it until retention, as delivered ones, is its own choice.
+	x.checkEntries("the outbox after parking, parked entries aside",
+		slices.DeleteFunc(x.scan(outbox.Cursor{}, outboxScanAll), func(e outbox.Entry) bool { return e.ID == p1.ID || e.ID == p2.ID }), sd1)
 	x.checkDead(x.getDead(p1.ID), sp1, "no processor for lane a", true)
 	x.checkDead(x.getDead(p2.ID), sp2, "rejected: 422", true)
 	for _, id := range []outbox.ID{p1.ID, p2.ID} {
@@ -1177,6 +1291,97 @@ func (s *outboxSuite) stateUpsert(t *testing.T) {
 	want[outbox.KeyFailedAttempts] = "3"
 	want[outbox.KeyLastError] = "" // an empty value is a value, not an absent key
 	x.sameState("after writing a key again", x.state(), want)
+}
+
+// unstorableText: a park reason or a state value that is not valid UTF-8
+// or holds a NUL byte (PostgreSQL's text can hold neither) is refused with
+// outbox.ErrInvalidSettlement before anything is written, so the refusal
+// says what is wrong instead of surfacing as a database error.
+func (s *outboxSuite) unstorableText(t *testing.T) {
+	x := s.start(t)
+	h, ctx := x.h, x.ctx
+	es := x.visible(outboxEntries(outboxLaneA, 2)...)
+	for _, tc := range []struct {
+		name string
+		park string
+		key  string
+		val  string
+	}{
+		{name: "a reason with a NUL byte", park: "refused: a\x00b"},
+		{name: "a reason that is not UTF-8", park: "refused: a\xffb"},
+		{name: "a state value with a NUL byte", key: outbox.KeyLastError, val: "a\x00b"},
+		{name: "a state value that is not UTF-8", key: outbox.KeyLastError, val: "\xc3("},
+		{name: "a state key with a NUL byte", key: "last\x00error", val: "x"},
+	} {
+		st := outbox.Settlement{From: outbox.Cursor{}, To: es[1].Cursor(), State: map[string]*string{outbox.KeyLastScanAt: stateValue("t1")}}
+		if tc.park != "" {
+			st.Park = []outbox.Parked{{Entry: es[0], Reason: tc.park}}
+		} else {
+			st.State[tc.key] = stateValue(tc.val)
+		}
+		if err := h.Store.Settle(ctx, st); !errors.Is(err, outbox.ErrInvalidSettlement) {
+			t.Errorf("Settle with %s: err = %v, want one wrapping outbox.ErrInvalidSettlement", tc.name, err)
+		}
+		x.sameState("after a refused settlement with "+tc.name, x.state(), map[string]string{})
+		x.notDead(es[0].ID)
+	}
+	x.checkEntries("after refused settlements", x.scan(outbox.Cursor{}, outboxScanAll), es...)
+	// The same settlement with storable text applies.
+	x.settle(outbox.Settlement{From: outbox.Cursor{}, To: es[1].Cursor(), Park: parkAll("refused", es[0])})
+	x.checkDead(x.getDead(es[0].ID), es[0], "refused "+es[0].ID.String(), true)
+}
+
+// storableReasons: whatever core may hand a store (valid UTF-8 without
+// NUL, up to outbox.MaxReasonLength bytes) comes back byte for byte, as a
+// dead letter's error and as a state value: quotes, backslashes, SQL and
+// format placeholders, control characters and text in many scripts.
+func (s *outboxSuite) storableReasons(t *testing.T) {
+	x := s.start(t)
+	es := x.visible(outboxEntries(outboxLaneA, 3)...)
+	var long strings.Builder
+	for piece := 0; long.Len() < outbox.MaxReasonLength; piece++ {
+		long.WriteString([]string{"ä", "日本", "🙂", "'", `"`, `\`, "?0", "$1", "%s", "\t", "\u2028", " ", "x"}[piece%13])
+	}
+	longest := long.String()
+	for len(longest) > outbox.MaxReasonLength || !utf8.ValidString(longest) {
+		longest = longest[:len(longest)-1]
+	}
+	reasons := []string{
+		longest,
+		`409 Conflict: {"error": "it's \"taken\""} \x00 ?1 $2 %d :name`,
+		"\x01\x1f\x7f line one\nline two\r\n",
+	}
+	park := make([]outbox.Parked, len(es))
+	for i, e := range es {
+		park[i] = outbox.Parked{Entry: e, Reason: reasons[i]}
+	}
+	x.settle(outbox.Settlement{From: outbox.Cursor{}, To: es[2].Cursor(), Park: park,
+		State: map[string]*string{outbox.KeyLastError: stateValue(longest)}})
+	for i, e := range es {
+		if d := x.getDead(e.ID); d.Error != reasons[i] {
+			t.Errorf("dead letter %d kept a reason of %d bytes, want the %d bytes parked; first difference at byte %d",
+				i, len(d.Error), len(reasons[i]), firstDifference(d.Error, reasons[i]))
+		}
+	}
+	for _, d := range x.listDead(outbox.ListOptions{}) {
+		i := slices.IndexFunc(es, func(e outbox.Entry) bool { return e.ID == d.ID })
+		if i < 0 || d.Error != reasons[i] {
+			t.Errorf("ListDead shows dead letter %s with a reason of %d bytes, not the one parked", d.ID, len(d.Error))
+		}
+	}
+	if got := x.state()[outbox.KeyLastError]; got != longest {
+		t.Errorf("state %s holds %d bytes, want the %d bytes written; first difference at byte %d",
+			outbox.KeyLastError, len(got), len(longest), firstDifference(got, longest))
+	}
+}
+
+func firstDifference(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
 
 // listDead: dead letters list newest parked first (then by id), without
@@ -1306,7 +1511,7 @@ func (s *outboxSuite) requeueTwice(t *testing.T) {
 	if d := x.getDead(es[0].ID); d.RequeuedAs != first {
 		t.Errorf("after a refused second requeue, RequeuedAs is %s, want the first requeue's %s", d.RequeuedAs, first)
 	}
-	got := withoutBarriers(x.barrier())
+	got := x.beyond(withoutBarriers(x.barrier()))
 	again := es[0]
 	again.ID = first
 	x.checkEntries("after requeueing twice", got, again)
@@ -1334,7 +1539,7 @@ func (s *outboxSuite) requeueBadIDs(t *testing.T) {
 	if d := x.getDead(es[0].ID); !d.RequeuedAs.IsNil() {
 		t.Fatalf("refused requeues recorded RequeuedAs %s", d.RequeuedAs)
 	}
-	got := withoutBarriers(x.barrier())
+	got := x.beyond(withoutBarriers(x.barrier()))
 	x.checkEntries("after refused requeues", got, es[2])
 
 	// Nothing was used up: a good id still works.
@@ -1440,6 +1645,41 @@ func (s *outboxSuite) deleteRequeued(t *testing.T) {
 	}
 	// The entries they were requeued as are untouched.
 	x.await(es[3].Cursor(), requeued...)
+}
+
+// nextXID: the transaction counter is above the xid of every entry
+// committed before it was read, and it never goes back. The driver
+// compares the stored cursor with it: a cursor at or above it cannot come
+// from this database (a logical restore into another cluster).
+func (s *outboxSuite) nextXID(t *testing.T) {
+	x := s.start(t)
+	h, ctx := x.h, x.ctx
+	next := func() uint64 {
+		t.Helper()
+		n, err := h.Store.NextXID(ctx)
+		if err != nil {
+			t.Fatalf("NextXID: %v", err)
+		}
+		return n
+	}
+	before := next()
+	for round := range 3 {
+		es := outboxEntries(outboxLaneA, 2)
+		for _, e := range es {
+			x.commitTx(e)
+		}
+		all := x.await(outbox.Cursor{}, entryIDs(es)...)
+		after := next()
+		for _, e := range all {
+			if e.XID >= after {
+				t.Fatalf("round %d: NextXID is %d, not above the xid %d of entry %s committed before", round, after, e.XID, e.ID)
+			}
+		}
+		if after < before {
+			t.Fatalf("round %d: NextXID went back from %d to %d", round, before, after)
+		}
+		before = after
+	}
 }
 
 func (s *outboxSuite) invalidArguments(t *testing.T) {

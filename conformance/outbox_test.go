@@ -2,10 +2,13 @@ package conformance_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,11 +22,15 @@ import (
 
 const brokenOutboxEnv = "BATON_CONFORMANCE_BROKEN_OUTBOX"
 
-var brokenOutboxStores = map[string]struct {
+// brokenOutboxStore is one defect, the subtests that must catch it and
+// some that must still pass.
+type brokenOutboxStore struct {
 	wrap       func(*memory.OutboxStore) conformance.OutboxHarness
 	mustCatch  []string
 	mustPassAt []string
-}{
+}
+
+var brokenOutboxStores = map[string]brokenOutboxStore{
 	"settle-without-compare-and-set": {
 		wrap: func(st *memory.OutboxStore) conformance.OutboxHarness {
 			return conformance.OutboxHarness{Store: settleBlindly{st}, Producer: memoryProducer(st)}
@@ -68,6 +75,35 @@ var brokenOutboxStores = map[string]struct {
 		mustCatch:  []string{"DeleteDeliveredStaysAtOrBelowTheCursor"},
 		mustPassAt: []string{"DeleteDeliveredHonoursTheWindow", "DeleteRequeuedKeepsUnreplayedDeadLetters", "InvalidArgumentsAreErrors"},
 	},
+	"enqueue-checks-dead-letters-before-the-park-commits": {
+		wrap: func(st *memory.OutboxStore) conformance.OutboxHarness {
+			b := &staleCheck{st: st}
+			return conformance.OutboxHarness{Store: st, Producer: b, HoldSettle: b.holdSettle}
+		},
+		mustCatch:  []string{"EnqueueOfAnIDBeingParkedIsRefused"},
+		mustPassAt: []string{"EnqueueRejectsTheIDOfADeadLetter", "ParkingMovesEntriesToDeadLetters", "SettleIsCompareAndSet"},
+	},
+	"next-xid-is-the-last-one-taken": {
+		wrap: func(st *memory.OutboxStore) conformance.OutboxHarness {
+			return conformance.OutboxHarness{Store: lastXID{st}, Producer: memoryProducer(st)}
+		},
+		mustCatch:  []string{"NextXIDIsAboveEveryCommittedEntry"},
+		mustPassAt: []string{"ParkingMovesEntriesToDeadLetters", "OpenOlderTransactionHoldsBackNewer", "SettleIsCompareAndSet"},
+	},
+	"settle-cleans-text-instead-of-refusing": {
+		wrap: func(st *memory.OutboxStore) conformance.OutboxHarness {
+			return conformance.OutboxHarness{Store: cleanText{st}, Producer: memoryProducer(st)}
+		},
+		mustCatch:  []string{"SettleRefusesTextNoStoreCanKeep"},
+		mustPassAt: []string{"SettleKeepsEveryStorableReasonExactly", "ParkingMovesEntriesToDeadLetters", "StateUpsertsAndRemovesKeys"},
+	},
+	"settle-cuts-long-reasons": {
+		wrap: func(st *memory.OutboxStore) conformance.OutboxHarness {
+			return conformance.OutboxHarness{Store: cutReasons{st}, Producer: memoryProducer(st)}
+		},
+		mustCatch:  []string{"SettleKeepsEveryStorableReasonExactly"},
+		mustPassAt: []string{"SettleRefusesTextNoStoreCanKeep", "ParkingMovesEntriesToDeadLetters", "StateUpsertsAndRemovesKeys"},
+	},
 }
 
 // TestBrokenOutboxStoreChild is the child half: it runs only when the
@@ -82,7 +118,12 @@ func TestBrokenOutboxStoreChild(t *testing.T) {
 		t.Fatalf("unknown broken store %q", kind)
 	}
 	conformance.RunOutboxStore(t, func(t *testing.T) conformance.OutboxHarness {
-		return bs.wrap(memory.NewOutboxStore(memory.OutboxStoreOptions{}))
+		st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+		h := bs.wrap(st)
+		if h.HoldSettle == nil {
+			h.HoldSettle = memoryHoldSettle(h.Store)
+		}
+		return h
 	}, conformance.OutboxFeatures{})
 }
 
@@ -110,9 +151,27 @@ func TestRunOutboxStore_PassesTheMemoryStore(t *testing.T) {
 	}
 	conformance.RunOutboxStore(t, func(t *testing.T) conformance.OutboxHarness {
 		st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
-		return conformance.OutboxHarness{Store: st, Producer: memoryProducer(st)}
+		return conformance.OutboxHarness{Store: st, Producer: memoryProducer(st), HoldSettle: memoryHoldSettle(st)}
 	}, conformance.OutboxFeatures{})
 }
+
+// memoryHoldSettle is HoldSettle for the memory store, which settles
+// atomically: by the time it returns the settlement is committed, so
+// nothing ever waits for it.
+func memoryHoldSettle(st outbox.Store) func(context.Context, outbox.Settlement) (conformance.HeldSettlement, error) {
+	return func(ctx context.Context, s outbox.Settlement) (conformance.HeldSettlement, error) {
+		if err := st.Settle(ctx, s); err != nil {
+			return nil, err
+		}
+		return settledAtOnce{}, nil
+	}
+}
+
+type settledAtOnce struct{}
+
+func (settledAtOnce) Blocking(context.Context) (bool, error) { return false, nil }
+func (settledAtOnce) Commit(context.Context) error           { return nil }
+func (settledAtOnce) Rollback(context.Context) error         { return nil }
 
 func memoryProducer(st *memory.OutboxStore) conformance.OutboxProducer {
 	return conformance.OutboxProducerFunc(func(ctx context.Context) (conformance.OutboxTx, error) {
@@ -319,4 +378,130 @@ func (b deleteEverything) DeleteDelivered(ctx context.Context, _ outbox.Cursor, 
 		top.ID[i] = 0xff
 	}
 	return b.OutboxStore.DeleteDelivered(ctx, top, window, limit)
+}
+
+// cleanText stores what it was given after dropping NUL bytes and invalid
+// UTF-8, rather than refusing: the caller never learns its text changed.
+type cleanText struct{ *memory.OutboxStore }
+
+func (b cleanText) Settle(ctx context.Context, s outbox.Settlement) error {
+	clean := func(v string) string { return strings.ReplaceAll(strings.ToValidUTF8(v, ""), "\x00", "") }
+	park := make([]outbox.Parked, len(s.Park))
+	for i, p := range s.Park {
+		park[i] = outbox.Parked{Entry: p.Entry, Reason: clean(p.Reason)}
+	}
+	state := make(map[string]*string, len(s.State))
+	for k, v := range s.State {
+		if v != nil {
+			c := clean(*v)
+			v = &c
+		}
+		state[clean(k)] = v
+	}
+	s.Park, s.State = park, state
+	return b.OutboxStore.Settle(ctx, s)
+}
+
+// cutReasons keeps at most 255 bytes of a reason or state value, as a
+// varchar(255) column would.
+type cutReasons struct{ *memory.OutboxStore }
+
+func (b cutReasons) Settle(ctx context.Context, s outbox.Settlement) error {
+	cut := func(v string) string {
+		if len(v) > 255 {
+			return strings.ToValidUTF8(v[:255], "")
+		}
+		return v
+	}
+	park := make([]outbox.Parked, len(s.Park))
+	for i, p := range s.Park {
+		park[i] = outbox.Parked{Entry: p.Entry, Reason: cut(p.Reason)}
+	}
+	state := make(map[string]*string, len(s.State))
+	for k, v := range s.State {
+		if v != nil {
+			c := cut(*v)
+			v = &c
+		}
+		state[k] = v
+	}
+	s.Park, s.State = park, state
+	return b.OutboxStore.Settle(ctx, s)
+}
+
+// staleCheck has the defect PostgreSQL's Enqueue had before parking
+// copied: it checks the dead letters on a snapshot taken when its
+// statement starts, then waits for a settlement that is parking the same
+// id, and then writes the entry anyway. A held settlement really holds
+// here: it takes effect at its commit, and producers wait for it.
+type staleCheck struct {
+	st      *memory.OutboxStore
+	mu      sync.RWMutex // written by an open settlement
+	waiting atomic.Int32
+}
+
+func (b *staleCheck) holdSettle(_ context.Context, s outbox.Settlement) (conformance.HeldSettlement, error) {
+	b.mu.Lock()
+	return &staleHeld{b: b, s: s}, nil
+}
+
+type staleHeld struct {
+	b    *staleCheck
+	s    outbox.Settlement
+	done bool
+}
+
+func (h *staleHeld) Blocking(context.Context) (bool, error) { return h.b.waiting.Load() > 0, nil }
+
+func (h *staleHeld) Commit(ctx context.Context) error {
+	if h.done {
+		return nil
+	}
+	h.done = true
+	defer h.b.mu.Unlock()
+	return h.b.st.Settle(ctx, h.s)
+}
+
+func (h *staleHeld) Rollback(context.Context) error {
+	if !h.done {
+		h.done = true
+		h.b.mu.Unlock()
+	}
+	return nil
+}
+
+func (b *staleCheck) Begin(ctx context.Context) (conformance.OutboxTx, error) {
+	tx, err := b.st.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return staleTx{b: b, OutboxTx: tx}, nil
+}
+
+type staleTx struct {
+	b *staleCheck
+	*memory.OutboxTx
+}
+
+func (t staleTx) Enqueue(ctx context.Context, id outbox.ID, lane string, payload []byte) error {
+	_, err := t.b.st.GetDead(ctx, id)
+	free := errors.Is(err, outbox.ErrNotFound) // the snapshot
+	t.b.waiting.Add(1)
+	t.b.mu.RLock()
+	t.b.waiting.Add(-1)
+	defer t.b.mu.RUnlock()
+	err = t.OutboxTx.Enqueue(ctx, id, lane, payload)
+	if errors.Is(err, outbox.ErrIDInUse) && free {
+		return nil // the check passed on the snapshot, and the write went ahead
+	}
+	return err
+}
+
+// lastXID reports the last xid handed out instead of the next: the xid of
+// the newest entry, which a cursor can legitimately hold.
+type lastXID struct{ *memory.OutboxStore }
+
+func (b lastXID) NextXID(ctx context.Context) (uint64, error) {
+	n, err := b.OutboxStore.NextXID(ctx)
+	return n - 1, err
 }

@@ -59,7 +59,10 @@ const (
 // ReplaceMakesTheNewGenerationActive, PointReadsAnswerFromTheActiveGeneration,
 // EmptyGrantSetIsAValidGeneration, MasksRoundTripAllSixtyFourBits,
 // ExactlyOneActiveGenerationAfterManyRefreshes,
-// ConcurrentRefreshesLeaveExactlyOneActive, ReadersSeeOldOrNewNeverAMix,
+// ConcurrentRefreshesLeaveExactlyOneActive,
+// ReservationsIncreaseAcrossNodes, AnOlderReservationIsRefusedAsStale,
+// FlipsInAnyOrderNeverMoveTheActiveGenerationBack,
+// ReadersSeeOldOrNewNeverAMix,
 // SweepRemovesOnlySupersededGenerations,
 // SweepIsIdempotentUnderParallelRuns, InvalidInputWritesNothing,
 // FailedReplaceKeepsThePreviousGeneration, LargeGenerationRoundTrips.
@@ -76,6 +79,9 @@ func RunProjectionStore(t *testing.T, factory func(t *testing.T) ProjectionHarne
 		{"MasksRoundTripAllSixtyFourBits", s.masksRoundTrip},
 		{"ExactlyOneActiveGenerationAfterManyRefreshes", s.manyRefreshes},
 		{"ConcurrentRefreshesLeaveExactlyOneActive", s.concurrentRefreshes},
+		{"ReservationsIncreaseAcrossNodes", s.reservationsIncrease},
+		{"AnOlderReservationIsRefusedAsStale", s.olderReservationRefused},
+		{"FlipsInAnyOrderNeverMoveTheActiveGenerationBack", s.flipsInAnyOrder},
 		{"ReadersSeeOldOrNewNeverAMix", s.neverAMix},
 		{"SweepRemovesOnlySupersededGenerations", s.sweepSuperseded},
 		{"SweepIsIdempotentUnderParallelRuns", s.sweepsInParallel},
@@ -135,16 +141,37 @@ func sortedGrants(gs []projection.Grant) []projection.Grant {
 	return slices.SortedFunc(slices.Values(gs), projection.CompareGrants)
 }
 
-func mustReplace(t *testing.T, ctx context.Context, st projection.Store, subject projection.Subject, grants []projection.Grant) projection.Generation {
+func mustReserve(t *testing.T, ctx context.Context, st projection.Store) projection.Generation {
 	t.Helper()
-	gen, err := st.Replace(ctx, subject, grants)
+	gen, err := st.Reserve(ctx)
 	if err != nil {
-		t.Fatalf("Replace(%s, %d grants): %v", subject, len(grants), err)
+		t.Fatalf("Reserve: %v", err)
 	}
 	if gen == 0 {
-		t.Fatalf("Replace(%s) returned generation 0; generations start at 1", subject)
+		t.Fatal("Reserve returned generation 0; generations start at 1")
 	}
 	return gen
+}
+
+// mustReplace reserves a generation from st and replaces subject's
+// projection with it, as a refresh does, and returns the generation.
+func mustReplace(t *testing.T, ctx context.Context, st projection.Store, subject projection.Subject, grants []projection.Grant) projection.Generation {
+	t.Helper()
+	gen := mustReserve(t, ctx, st)
+	if err := st.Replace(ctx, subject, gen, grants); err != nil {
+		t.Fatalf("Replace(%s, generation %d, %d grants): %v", subject, gen, len(grants), err)
+	}
+	return gen
+}
+
+// reserveAndReplace is mustReplace for goroutines: it returns what
+// happened instead of failing the test.
+func reserveAndReplace(ctx context.Context, st projection.Store, subject projection.Subject, grants []projection.Grant) (projection.Generation, error) {
+	gen, err := st.Reserve(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("Reserve: %w", err)
+	}
+	return gen, st.Replace(ctx, subject, gen, grants)
 }
 
 func mustSnapshot(t *testing.T, ctx context.Context, st projection.Store, subject projection.Subject) projection.Snapshot {
@@ -443,6 +470,7 @@ func (s *projectionSuite) concurrentRefreshes(t *testing.T) {
 		wg      sync.WaitGroup
 		done    = make(chan struct{})
 		written sync.Map // Generation → set index
+		stale   sync.Map // Generation → true, refused as stale
 		errs    = make(chan error, 1000)
 	)
 	report := func(err error) {
@@ -455,12 +483,16 @@ func (s *projectionSuite) concurrentRefreshes(t *testing.T) {
 		st := h.pick(i)
 		wg.Go(func() {
 			for range 3 {
-				gen, err := st.Replace(ctx, frank, sets[i])
-				if err != nil {
+				gen, err := reserveAndReplace(ctx, st, frank, sets[i])
+				switch {
+				case errors.Is(err, projection.ErrStale):
+					stale.Store(gen, true) // a later reservation flipped first
+				case err != nil:
 					report(fmt.Errorf("refresher %d: Replace: %w", i, err))
 					return
+				default:
+					written.Store(gen, i)
 				}
-				written.Store(gen, i)
 			}
 		})
 	}
@@ -501,15 +533,209 @@ func (s *projectionSuite) concurrentRefreshes(t *testing.T) {
 	if len(active) != 1 {
 		t.Fatalf("after %d concurrent refreshes, %d generations are active: %v", racingRefreshers*3, len(active), active)
 	}
-	if len(infos) != 1+racingRefreshers*3 {
-		t.Errorf("%d generations stored, want %d (every Replace writes one)", len(infos), 1+racingRefreshers*3)
+	succeeded, largest := 0, projection.Generation(0)
+	written.Range(func(k, _ any) bool {
+		succeeded++
+		largest = max(largest, k.(projection.Generation))
+		return true
+	})
+	if len(infos) != 1+succeeded {
+		t.Errorf("%d generations stored, want %d (every Replace that was not stale writes one)", len(infos), 1+succeeded)
 	}
+	if active[0] != largest {
+		t.Errorf("the active generation is %d, want the largest written, %d", active[0], largest)
+	}
+	stale.Range(func(k, _ any) bool {
+		if g := k.(projection.Generation); g > active[0] {
+			t.Errorf("Replace with generation %d was refused as stale, but no larger generation is active (%d)", g, active[0])
+		}
+		return true
+	})
 	i, ok := written.Load(active[0])
 	if !ok {
-		t.Fatalf("the active generation %d is none that Replace returned", active[0])
+		t.Fatalf("the active generation %d is none that Replace wrote", active[0])
 	}
 	checkSnapshot(t, ctx, h.Second, frank, active[0], sets[i.(int)])
 	t.Logf("%d checks of the active generation during the refreshes", checks.Load())
+}
+
+func (s *projectionSuite) reservationsIncrease(t *testing.T) {
+	h := s.harness(t)
+	ctx := testCtx(t)
+	var prev projection.Generation
+	for i := range 20 {
+		gen := mustReserve(t, ctx, h.pick(i))
+		if gen <= prev {
+			t.Fatalf("reservation %d is %d, not above the previous %d (from the other node)", i, gen, prev)
+		}
+		prev = gen
+	}
+	// Concurrent reservations are all distinct.
+	var mu sync.Mutex
+	seen := map[projection.Generation]bool{}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		st := h.pick(i)
+		wg.Go(func() {
+			for range 10 {
+				gen, err := st.Reserve(ctx)
+				mu.Lock()
+				if err != nil || seen[gen] || gen <= prev {
+					t.Errorf("a concurrent Reserve returned %d, %v: want a new number above %d", gen, err, prev)
+				}
+				seen[gen] = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// olderReservationRefused is the rule that keeps a revoked grant revoked:
+// a refresh that reserved earlier (its fetch started earlier) and flips
+// later is refused, and the later-fetched answer stays.
+func (s *projectionSuite) olderReservationRefused(t *testing.T) {
+	h := s.harness(t)
+	ctx := testCtx(t)
+	olive, pat := user("olive"), user("pat")
+	withGrant := grantSet("doc", "o", 3, 1) // fetched before the revocation
+	revoked := sortedGrants(withGrant)[1:]  // fetched after it
+	older := mustReserve(t, ctx, h.Store)   // the slow refresh's fetch starts
+	newer := mustReserve(t, ctx, h.Second)  // another node's starts later
+	if err := h.Second.Replace(ctx, olive, newer, revoked); err != nil {
+		t.Fatalf("Replace with the newer generation: %v", err)
+	}
+	err := h.Store.Replace(ctx, olive, older, withGrant)
+	if !errors.Is(err, projection.ErrStale) {
+		t.Fatalf("Replace with a generation reserved before the active one: err = %v, want ErrStale", err)
+	}
+	if errors.Is(err, projection.ErrInvalidGeneration) {
+		t.Errorf("a stale Replace also reports ErrInvalidGeneration: %v", err)
+	}
+	checkSnapshot(t, ctx, h.Store, olive, newer, revoked)
+	if _, found := mustMask(t, ctx, h.Second, olive, "doc", withGrant[0].ResourceID); found {
+		t.Error("the revoked grant came back")
+	}
+	if got := generationNumbers(mustGenerations(t, ctx, h.Store, olive)); !slices.Equal(got, []projection.Generation{newer}) {
+		t.Errorf("after a stale Replace the generations are %v, want only %d: a stale Replace writes nothing", got, newer)
+	}
+	// Still stale after a sweep, and after yet another refresh.
+	mustSweep(t, ctx, h.Store)
+	newest := mustReplace(t, ctx, h.Store, olive, revoked)
+	if err := h.Second.Replace(ctx, olive, older, withGrant); !errors.Is(err, projection.ErrStale) {
+		t.Errorf("the old generation again, after a sweep and a newer refresh: err = %v, want ErrStale", err)
+	}
+	checkSnapshot(t, ctx, h.Second, olive, newest, revoked)
+	// The order is per subject: the older number is fine for a subject
+	// nothing newer was written for.
+	if err := h.Store.Replace(ctx, pat, older, withGrant); err != nil {
+		t.Errorf("an older reservation for another subject: %v", err)
+	}
+	checkSnapshot(t, ctx, h.Second, pat, older, withGrant)
+}
+
+// flipsInAnyOrder reserves generations, then flips them concurrently in a
+// scrambled order from both nodes: the active generation only ever grows,
+// ends at the largest, and each Replace either wrote or was stale.
+func (s *projectionSuite) flipsInAnyOrder(t *testing.T) {
+	h := s.harness(t)
+	ctx := testCtx(t)
+	quinn := user("quinn")
+	const n = 24
+	gens := make([]projection.Generation, n)
+	sets := make(map[projection.Generation][]projection.Grant, n)
+	for i := range gens {
+		gens[i] = mustReserve(t, ctx, h.pick(i))
+		sets[gens[i]] = append(grantSet("doc", fmt.Sprintf("q%02d", i), 3, uint64(i)),
+			projection.Grant{ResourceType: "doc", ResourceID: "common", Mask: projection.Mask(i + 1)})
+	}
+	// Largest first, then the rest interleaved: most flips arrive late.
+	order := []int{n - 1}
+	for i := range n - 1 {
+		if i%2 == 0 {
+			order = append(order, i/2)
+		} else {
+			order = append(order, n-2-i/2)
+		}
+	}
+	var (
+		stop   atomic.Bool
+		wg, cw sync.WaitGroup
+		mu     sync.Mutex
+		fails  []string
+	)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(fails) < 10 {
+			fails = append(fails, fmt.Sprintf(format, args...))
+		}
+	}
+	for c := range 2 {
+		st := h.pick(c)
+		cw.Go(func() {
+			var highest projection.Generation
+			for !stop.Load() {
+				snap, err := st.Snapshot(ctx, quinn)
+				if errors.Is(err, projection.ErrNoProjection) {
+					if highest != 0 {
+						fail("the projection went absent after generation %d was active", highest)
+						return
+					}
+					continue
+				}
+				if err != nil {
+					fail("Snapshot during the flips: %v", err)
+					return
+				}
+				if snap.Generation < highest {
+					fail("the active generation went back from %d to %d", highest, snap.Generation)
+					return
+				}
+				highest = snap.Generation
+			}
+		})
+	}
+	next := make(chan int, n)
+	for _, i := range order {
+		next <- i
+	}
+	close(next)
+	var wrote, refused atomic.Int64
+	for w := range 4 {
+		st := h.pick(w)
+		wg.Go(func() {
+			for i := range next {
+				err := st.Replace(ctx, quinn, gens[i], sets[gens[i]])
+				switch {
+				case errors.Is(err, projection.ErrStale):
+					refused.Add(1)
+				case err != nil:
+					fail("Replace(generation %d): %v", gens[i], err)
+				default:
+					wrote.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stop.Store(true)
+	cw.Wait()
+	for _, f := range fails {
+		t.Error(f)
+	}
+	top := gens[n-1]
+	checkSnapshot(t, ctx, h.Second, quinn, top, sets[top])
+	infos := mustGenerations(t, ctx, h.Store, quinn)
+	if got := activeOf(infos); !slices.Equal(got, []projection.Generation{top}) {
+		t.Errorf("active generations %v, want only the largest, %d", got, top)
+	}
+	if int64(len(infos)) != wrote.Load() || wrote.Load()+refused.Load() != n {
+		t.Errorf("%d generations stored, %d Replace calls wrote and %d were stale, of %d", len(infos), wrote.Load(), refused.Load(), n)
+	}
+	if refused.Load() == 0 {
+		t.Errorf("no Replace was stale although the largest generation flipped first")
+	}
 }
 
 // mixSets are the two grant sets the mixing subtest alternates between:
@@ -630,7 +856,7 @@ func (s *projectionSuite) neverAMix(t *testing.T) {
 			set, name = a, "A"
 		}
 		before := reads.Load()
-		gen, err := h.pick(i).Replace(ctx, grace, set)
+		gen, err := reserveAndReplace(ctx, h.pick(i), grace, set)
 		if err != nil {
 			fail("writer: Replace %d: %v", i, err)
 			break
@@ -788,7 +1014,7 @@ func (s *projectionSuite) invalidInput(t *testing.T) {
 		"invalid UTF-8 in type": {Type: "us\xffer", ID: "kim"},
 	}
 	for what, subject := range badSubjects {
-		if _, err := h.Store.Replace(ctx, subject, good); !errors.Is(err, projection.ErrInvalidSubject) {
+		if err := h.Store.Replace(ctx, subject, mustReserve(t, ctx, h.Store), good); !errors.Is(err, projection.ErrInvalidSubject) {
 			t.Errorf("Replace with a subject with %s: err = %v, want ErrInvalidSubject", what, err)
 		}
 		if _, _, err := h.Store.Mask(ctx, subject, "doc", "k-00000"); !errors.Is(err, projection.ErrInvalidSubject) {
@@ -812,9 +1038,25 @@ func (s *projectionSuite) invalidInput(t *testing.T) {
 	}
 	for what, grants := range badGrants {
 		bad := append(slices.Clone(good), grants...)
-		if _, err := h.Store.Replace(ctx, kim, bad); !errors.Is(err, projection.ErrInvalidGrant) {
+		if err := h.Store.Replace(ctx, kim, mustReserve(t, ctx, h.Store), bad); !errors.Is(err, projection.ErrInvalidGrant) {
 			t.Errorf("Replace with %s: err = %v, want ErrInvalidGrant", what, err)
 		}
+	}
+	// A generation must be one the store reserved and does not hold yet.
+	unused := mustReserve(t, ctx, h.Second)
+	for what, gen := range map[string]projection.Generation{
+		"generation 0":                 0,
+		"a generation never reserved":  unused + 1_000_000,
+		"a generation already written": mustReplace(t, ctx, h.Store, user("kim's neighbour"), good),
+	} {
+		if err := h.Store.Replace(ctx, kim, gen, good); !errors.Is(err, projection.ErrInvalidGeneration) {
+			t.Errorf("Replace with %s: err = %v, want ErrInvalidGeneration", what, err)
+		}
+	}
+	// Nor did the never-reserved number move the store on: a number
+	// reserved now still lets its Replace through.
+	if err := h.Store.Replace(ctx, user("kim's other neighbour"), mustReserve(t, ctx, h.Store), good); err != nil {
+		t.Errorf("Replace after one with a never-reserved generation: %v", err)
 	}
 	_, err := h.Second.Snapshot(ctx, kim)
 	wantNoProjection(t, "Snapshot after only invalid Replace calls", err)
@@ -823,7 +1065,7 @@ func (s *projectionSuite) invalidInput(t *testing.T) {
 	}
 	// Nor do they disturb an existing generation.
 	gen = mustReplace(t, ctx, h.Store, kim, good)
-	if _, err := h.Store.Replace(ctx, kim, append(slices.Clone(good), good[0])); !errors.Is(err, projection.ErrInvalidGrant) {
+	if err := h.Store.Replace(ctx, kim, mustReserve(t, ctx, h.Store), append(slices.Clone(good), good[0])); !errors.Is(err, projection.ErrInvalidGrant) {
 		t.Errorf("Replace with a duplicate: err = %v, want ErrInvalidGrant", err)
 	}
 	checkSnapshot(t, ctx, h.Second, kim, gen, good)
@@ -840,8 +1082,12 @@ func (s *projectionSuite) failedReplace(t *testing.T) {
 	gen := mustReplace(t, ctx, h.Store, leo, good)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := h.Store.Replace(cancelled, leo, grantSet("doc", "other", 500, 2)); err == nil {
+	retry := mustReserve(t, ctx, h.Store)
+	if err := h.Store.Replace(cancelled, leo, retry, grantSet("doc", "other", 500, 2)); err == nil {
 		t.Error("Replace with a cancelled context succeeded")
+	}
+	if _, err := h.Store.Reserve(cancelled); err == nil {
+		t.Error("Reserve with a cancelled context succeeded")
 	}
 	checkSnapshot(t, ctx, h.Second, leo, gen, good)
 	if got := generationNumbers(mustGenerations(t, ctx, h.Second, leo)); !slices.Equal(got, []projection.Generation{gen}) {
@@ -850,6 +1096,12 @@ func (s *projectionSuite) failedReplace(t *testing.T) {
 	if _, err := h.Store.Snapshot(cancelled, leo); err == nil {
 		t.Error("Snapshot with a cancelled context succeeded")
 	}
+	// A failed Replace may be retried with its generation.
+	retried := grantSet("doc", "retried", 2, 3)
+	if err := h.Store.Replace(ctx, leo, retry, retried); err != nil {
+		t.Fatalf("retrying a failed Replace with its generation: %v", err)
+	}
+	checkSnapshot(t, ctx, h.Second, leo, retry, retried)
 }
 
 func (s *projectionSuite) largeGeneration(t *testing.T) {

@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -39,6 +40,12 @@ var brokenProjectionStores = map[string]struct {
 		mustCatch: []string{"MasksRoundTripAllSixtyFourBits"},
 		// Most subtests' masks use the top bit, so most fail too.
 		mustPassAt: []string{"EmptyStoreSaysNoProjection", "EmptyGrantSetIsAValidGeneration", "PointReadsAnswerFromTheActiveGeneration"},
+	},
+	"last-flip-wins": {
+		wrap:      func(s *memory.ProjectionStore) projection.Store { return lastFlipWins{s} },
+		mustCatch: []string{"AnOlderReservationIsRefusedAsStale", "FlipsInAnyOrderNeverMoveTheActiveGenerationBack"},
+		mustPassAt: []string{"ReplaceMakesTheNewGenerationActive", "ReadersSeeOldOrNewNeverAMix", "InvalidInputWritesNothing",
+			"ReservationsIncreaseAcrossNodes", "SweepRemovesOnlySupersededGenerations", "FailedReplaceKeepsThePreviousGeneration"},
 	},
 	"empty-set-not-stored": {
 		wrap:       func(s *memory.ProjectionStore) projection.Store { return emptyNotStored{s} },
@@ -92,32 +99,57 @@ func TestRunProjectionStore_PassesTheMemoryStore(t *testing.T) {
 
 // growingReplace writes a generation the way a store without an atomic flip
 // would appear to readers: it empties the projection, then adds the grants
-// in growing steps (1, 2, 4, ...), each step visible.
+// in growing steps (1, 2, 4, ...), each step visible. Each step is a
+// generation of its own, so Reserve sets aside a block of numbers and
+// hands out the block's last one: the steps take the numbers below it.
 type growingReplace struct {
 	*memory.ProjectionStore
-	mu sync.Mutex // one Replace at a time, as a per-subject lock would
+	mu     sync.Mutex                     // one Reserve or Replace at a time, as a per-subject lock would
+	blocks map[projection.Generation]bool // the last numbers of the blocks not used yet
 }
 
-func (b *growingReplace) Replace(ctx context.Context, subject projection.Subject, grants []projection.Grant) (projection.Generation, error) {
-	if err := subject.Validate(); err != nil {
-		return 0, err
-	}
-	if err := projection.ValidateGrants(grants); err != nil {
-		return 0, err
-	}
+// growingSteps bounds the steps of one Replace: enough for 2^30 grants.
+const growingSteps = 32
+
+func (b *growingReplace) Reserve(ctx context.Context) (projection.Generation, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var gen projection.Generation
-	for end := 0; ; end = min(max(2*end, 1), len(grants)) {
-		g, err := b.ProjectionStore.Replace(ctx, subject, grants[:end])
+	for range growingSteps {
+		g, err := b.ProjectionStore.Reserve(ctx)
 		if err != nil {
 			return 0, err
 		}
 		gen = g
-		if end == len(grants) {
-			return gen, nil
-		}
 	}
+	if b.blocks == nil {
+		b.blocks = map[projection.Generation]bool{}
+	}
+	b.blocks[gen] = true
+	return gen, nil
+}
+
+func (b *growingReplace) Replace(ctx context.Context, subject projection.Subject, gen projection.Generation, grants []projection.Grant) error {
+	if err := subject.Validate(); err != nil {
+		return err
+	}
+	if err := projection.ValidateGrants(grants); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.blocks[gen] { // not one it handed out: the store says why
+		return b.ProjectionStore.Replace(ctx, subject, gen, grants)
+	}
+	delete(b.blocks, gen)
+	step := gen - growingSteps + 1
+	for end := 0; end < len(grants); end = min(max(2*end, 1), len(grants)) {
+		if err := b.ProjectionStore.Replace(ctx, subject, step, grants[:end]); err != nil {
+			return err
+		}
+		step++
+	}
+	return b.ProjectionStore.Replace(ctx, subject, gen, grants)
 }
 
 // sweepDropsActive deletes the active generations too when it sweeps: the
@@ -133,15 +165,15 @@ func newSweepDropsActive(s *memory.ProjectionStore) *sweepDropsActive {
 	return &sweepDropsActive{ProjectionStore: s, known: map[projection.Subject]bool{}, dropped: map[projection.Subject]bool{}}
 }
 
-func (b *sweepDropsActive) Replace(ctx context.Context, subject projection.Subject, grants []projection.Grant) (projection.Generation, error) {
-	gen, err := b.ProjectionStore.Replace(ctx, subject, grants)
+func (b *sweepDropsActive) Replace(ctx context.Context, subject projection.Subject, gen projection.Generation, grants []projection.Grant) error {
+	err := b.ProjectionStore.Replace(ctx, subject, gen, grants)
 	if err == nil {
 		b.mu.Lock()
 		b.known[subject] = true
 		delete(b.dropped, subject)
 		b.mu.Unlock()
 	}
-	return gen, err
+	return err
 }
 
 func (b *sweepDropsActive) isDropped(subject projection.Subject) bool {
@@ -191,7 +223,7 @@ func (b *sweepDropsActive) Generations(ctx context.Context, subject projection.S
 // clamp instead of by bit pattern would.
 type topBitLost struct{ *memory.ProjectionStore }
 
-func (b topBitLost) Replace(ctx context.Context, subject projection.Subject, grants []projection.Grant) (projection.Generation, error) {
+func (b topBitLost) Replace(ctx context.Context, subject projection.Subject, gen projection.Generation, grants []projection.Grant) error {
 	clamped := make([]projection.Grant, len(grants))
 	for i, g := range grants {
 		clamped[i] = g
@@ -199,19 +231,34 @@ func (b topBitLost) Replace(ctx context.Context, subject projection.Subject, gra
 			clamped[i].Mask = 1<<63 - 1
 		}
 	}
-	return b.ProjectionStore.Replace(ctx, subject, clamped)
+	return b.ProjectionStore.Replace(ctx, subject, gen, clamped)
 }
 
 // emptyNotStored treats an empty grant set as nothing to write: the subject
 // stays unknown, or keeps its previous grants, instead of having no access.
 type emptyNotStored struct{ *memory.ProjectionStore }
 
-func (b emptyNotStored) Replace(ctx context.Context, subject projection.Subject, grants []projection.Grant) (projection.Generation, error) {
+func (b emptyNotStored) Replace(ctx context.Context, subject projection.Subject, gen projection.Generation, grants []projection.Grant) error {
 	if len(grants) == 0 {
-		if err := subject.Validate(); err != nil {
-			return 0, err
-		}
-		return 1 << 40, nil
+		return subject.Validate()
 	}
-	return b.ProjectionStore.Replace(ctx, subject, grants)
+	return b.ProjectionStore.Replace(ctx, subject, gen, grants)
+}
+
+// lastFlipWins orders flips by their arrival instead of by their
+// reservation, as the contract used to allow: a Replace with an older
+// generation than the active one is written anyway, under a fresh number,
+// so the answer fetched earlier replaces the one fetched later.
+type lastFlipWins struct{ *memory.ProjectionStore }
+
+func (b lastFlipWins) Replace(ctx context.Context, subject projection.Subject, gen projection.Generation, grants []projection.Grant) error {
+	err := b.ProjectionStore.Replace(ctx, subject, gen, grants)
+	if !errors.Is(err, projection.ErrStale) {
+		return err
+	}
+	later, err := b.ProjectionStore.Reserve(ctx)
+	if err != nil {
+		return err
+	}
+	return b.ProjectionStore.Replace(ctx, subject, later, grants)
 }

@@ -28,7 +28,11 @@
 // first retry the rest of the run is "not attempted" (also a retry), so
 // nothing overtakes an entry that has not been delivered. Delivery is at
 // least once; every request carries the entry id in IdempotencyKeyHeader
-// so the engine can acknowledge a repeat without applying it twice.
+// so the engine can acknowledge a repeat without applying it twice, and
+// the outbox leader's fencing token in FencingTokenHeader, so an engine can
+// refuse a deposed leader (409 with the header naming a newer token); the
+// processor then returns an error wrapping outbox.ErrFenced, and the
+// deposed leader steps down without parking anything.
 //
 // # Asking questions
 //

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/baton-go/baton/internal/printable"
 )
 
 // Defaults shared by the processors, the clients and the notifier.
@@ -29,6 +31,14 @@ const (
 // Delivery is at least once, so the engine sees a repeat after a crash or a
 // leader change; the same key tells it the request was already applied.
 const IdempotencyKeyHeader = "Idempotency-Key"
+
+// FencingTokenHeader carries the outbox leader's fencing token, in
+// decimal, on every lane request sent under a leader that has one
+// (outbox.FencingToken). An engine that fences refuses a token lower than
+// the highest it has seen with 409 and this header holding that highest
+// token; the processor then reports outbox.ErrFenced instead of parking,
+// and the deposed leader steps down. See docs/graph-engine-api.md.
+const FencingTokenHeader = "Baton-Fencing-Token"
 
 // The request paths, relative to the engine's base URL. The two lane paths
 // are the engine's; the others are baton's contract for them (see
@@ -117,8 +127,10 @@ func segment(s string) string {
 }
 
 // excerpt reads at most n bytes of body as text for an error message: cut
-// at a character boundary, marked when cut. It then drains a bounded rest so
-// the connection may be reused. The caller closes body.
+// at a character boundary, marked when cut, on one line, with every control
+// character escaped (the message ends up in a dead letter, which operators
+// read on a terminal). It then drains a bounded rest so the connection may
+// be reused. The caller closes body.
 func excerpt(body io.Reader, n int) string {
 	buf, _ := io.ReadAll(io.LimitReader(body, int64(n)+1))
 	cut := len(buf) > n
@@ -133,7 +145,7 @@ func excerpt(body io.Reader, n int) string {
 		}
 	}
 	_, _ = io.CopyN(io.Discard, body, drainLimit)
-	s := strings.TrimSpace(strings.ToValidUTF8(string(buf), "\uFFFD"))
+	s := printable.Line(strings.TrimSpace(strings.ToValidUTF8(string(buf), "\uFFFD")))
 	if cut {
 		s += " …(cut)"
 	}
@@ -195,7 +207,7 @@ func noRedirects(c *http.Client) *http.Client {
 func statusError(resp *http.Response, method, path string, n int) *StatusError {
 	body := excerpt(resp.Body, n)
 	if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode <= 399 {
-		body = strings.TrimSpace("redirect to " + loc + " (not followed) " + body)
+		body = strings.TrimSpace("redirect to " + printable.Line(loc) + " (not followed) " + body)
 	}
 	return &StatusError{StatusCode: resp.StatusCode, Body: body, Path: path, Method: method}
 }

@@ -47,7 +47,9 @@ type ProcessorConfig struct {
 	Timeout time.Duration
 	// BodyExcerpt is how many bytes of a refused request's response body go
 	// into the park or retry reason (default DefaultBodyExcerpt, at most
-	// MaxBodyExcerpt).
+	// MaxBodyExcerpt). The excerpt is made one line with its control
+	// characters escaped ("\u001b"), so a control byte of the body takes
+	// six bytes of the reason.
 	BodyExcerpt int
 	// MaxRetryAfter caps the pause a 429 or 503 Retry-After asks for
 	// (default DefaultMaxRetryAfter).
@@ -135,8 +137,9 @@ type processor struct {
 func (p *processor) Lane() string { return p.lane }
 
 // Deliver implements outbox.Processor: in order, one request at a time,
-// stopping at the first retry. It never returns an error: every expected
-// failure is an outcome, one per entry.
+// stopping at the first retry. Every expected failure is an outcome, one
+// per entry; the one error is the engine refusing this leader's fencing
+// token, which wraps outbox.ErrFenced.
 func (p *processor) Deliver(ctx context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
 	out := make([]outbox.Outcome, len(run))
 	for i, e := range run {
@@ -144,7 +147,10 @@ func (p *processor) Deliver(ctx context.Context, run []outbox.Entry) ([]outbox.O
 			notAttempted(out[i:], "not attempted: "+err.Error())
 			break
 		}
-		out[i] = p.deliverOne(ctx, e)
+		var err error
+		if out[i], err = p.deliverOne(ctx, e); err != nil {
+			return nil, err
+		}
 		if out[i].Kind == outbox.KindRetry {
 			notAttempted(out[i+1:], "not attempted")
 			break
@@ -159,12 +165,12 @@ func notAttempted(out []outbox.Outcome, reason string) {
 	}
 }
 
-func (p *processor) deliverOne(ctx context.Context, e outbox.Entry) outbox.Outcome {
+func (p *processor) deliverOne(ctx context.Context, e outbox.Entry) (outbox.Outcome, error) {
 	req, err := p.build(e.Payload)
 	if err != nil {
 		// It can never succeed as it is: only a requeue of a corrected
 		// payload can.
-		return outbox.Park(err.Error())
+		return outbox.Park(err.Error()), nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
@@ -172,26 +178,45 @@ func (p *processor) deliverOne(ctx context.Context, e outbox.Entry) outbox.Outco
 	if err != nil {
 		// Only an entity type or id could make the URL invalid, and both
 		// are escaped; treat it as a payload the engine cannot take.
-		return outbox.Park(fmt.Sprintf("%s %s: %v", req.method, req.path, err))
+		return outbox.Park(fmt.Sprintf("%s %s: %v", req.method, req.path, err)), nil
 	}
 	setJSONHeaders(hr.Header, true)
 	hr.Header.Set(IdempotencyKeyHeader, e.ID.String())
+	token, fenced := outbox.FencingToken(ctx)
+	if fenced {
+		hr.Header.Set(FencingTokenHeader, strconv.FormatUint(token, 10))
+	}
 
 	resp, err := p.cfg.Client.Do(hr)
 	if err != nil {
 		reason := requestError(req.method, req.path, p.cfg.Timeout, ctx.Err() != nil, err)
 		p.cfg.Logger.Warn("graph: delivery failed; will retry", "lane", p.lane, "id", e.ID, "reason", reason)
-		return outbox.Retry(reason)
+		return outbox.Retry(reason), nil
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		drain(resp.Body)
-		return outbox.Delivered()
+		return outbox.Delivered(), nil
 	}
 	se := statusError(resp, req.method, req.path, p.cfg.BodyExcerpt)
+	if newer, ok := refusedToken(resp, token); fenced && ok {
+		p.cfg.Logger.Warn("graph: the engine refused this leader's fencing token", "lane", p.lane, "id", e.ID, "token", token, "engine_has", newer)
+		return outbox.Outcome{}, fmt.Errorf("baton/graph: %s %s: the engine has seen fencing token %d, above this leader's %d: %w",
+			req.method, req.path, newer, token, outbox.ErrFenced)
+	}
 	o := p.outcome(resp, se)
 	p.cfg.Logger.Warn("graph: delivery refused", "lane", p.lane, "id", e.ID, "status", resp.StatusCode, "outcome", o.Kind, "reason", o.Reason)
-	return o
+	return o, nil
+}
+
+// refusedToken reports a 409 that refuses a fencing token: it carries
+// FencingTokenHeader with a token above ours, the highest the engine saw.
+func refusedToken(resp *http.Response, ours uint64) (newer uint64, ok bool) {
+	if resp.StatusCode != http.StatusConflict {
+		return 0, false
+	}
+	newer, err := strconv.ParseUint(resp.Header.Get(FencingTokenHeader), 10, 64)
+	return newer, err == nil && newer > ours
 }
 
 // outcome maps a non-2xx answer to an outcome; see the package doc's table.

@@ -180,6 +180,26 @@ func TestProcessor_ParksOn409WithBodyExcerpt(t *testing.T) {
 	}
 }
 
+func TestProcessor_ReasonExcerptHoldsNoControlCharacters(t *testing.T) {
+	e := graphtest.New(t)
+	initP, _ := processors(t, e)
+	// An engine's error body, quoted into the reason that a dead letter
+	// keeps and the CLI and admin API show.
+	body := "conflict \x1b]0;pwned\x07\x1b[2J\r\x00OK\u009b31m\x7f\u202etxt"
+	e.Inject(graphtest.PathInit, graphtest.Fault{Status: 409, Body: body})
+
+	o := deliverOne(t, initP, initEntry(t, "d1"))
+	wantKind(t, o, outbox.KindPark)
+	for i, r := range o.Reason {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x202e {
+			t.Fatalf("reason %q holds the control character %U at byte %d", o.Reason, r, i)
+		}
+	}
+	if !strings.Contains(o.Reason, `conflict \u001b]0;pwned`) {
+		t.Errorf("reason %q does not show the body's text, escaped", o.Reason)
+	}
+}
+
 func TestProcessor_ParksOn400(t *testing.T) {
 	e := graphtest.New(t)
 	_, metaP := processors(t, e)
@@ -539,5 +559,40 @@ func TestProcessor_RetriesOnRedirectWithoutFollowingIt(t *testing.T) {
 	}
 	if srv.Client().CheckRedirect != nil {
 		t.Error("the caller's client was modified")
+	}
+}
+
+func TestProcessor_SendsTheLeadersFencingToken(t *testing.T) {
+	e := graphtest.New(t)
+	initP, _ := processors(t, e)
+	ctx := outbox.WithFencingToken(context.Background(), 42)
+	if _, err := initP.Deliver(ctx, []outbox.Entry{initEntry(t, "d1")}); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, initP, initEntry(t, "d2")) // no leader: no token
+	reqs := e.Requests()
+	if got := reqs[0].Header.Get(graph.FencingTokenHeader); got != "42" {
+		t.Errorf("%s = %q; want the leader's 42", graph.FencingTokenHeader, got)
+	}
+	if got, ok := reqs[1].Header[graph.FencingTokenHeader]; ok {
+		t.Errorf("a delivery without a leader's token sent %s %q", graph.FencingTokenHeader, got)
+	}
+}
+
+func TestProcessor_RefusedFencingTokenIsErrFencedNotAPark(t *testing.T) {
+	e := graphtest.New(t)
+	initP, _ := processors(t, e)
+	successor := outbox.WithFencingToken(context.Background(), 8)
+	if _, err := initP.Deliver(successor, []outbox.Entry{initEntry(t, "d1")}); err != nil {
+		t.Fatal(err)
+	}
+	deposed := outbox.WithFencingToken(context.Background(), 7)
+	out, err := initP.Deliver(deposed, []outbox.Entry{initEntry(t, "d2"), initEntry(t, "d3")})
+	if !errors.Is(err, outbox.ErrFenced) {
+		t.Fatalf("Deliver by a deposed leader = %v, %v; want an error wrapping outbox.ErrFenced", out, err)
+	}
+	if len(e.Deliveries()) != 1 || len(e.RequestsTo(graphtest.PathInit)) != 2 {
+		t.Errorf("%d deliveries of %d requests; want the successor's one, and the deposed leader to stop at its first refusal",
+			len(e.Deliveries()), len(e.RequestsTo(graphtest.PathInit)))
 	}
 }

@@ -30,5 +30,10 @@
 // bun writes arguments into the statement text (its placeholders, quoted
 // by its dialect) instead of sending them as server-side parameters, so
 // the server parses and plans each statement on every call; see
-// docs/bun.md in the repository for what that costs next to pgx.
+// docs/bun.md in the repository for what that costs next to pgx. Those
+// quoted values are safe only with standard_conforming_strings on: every
+// constructor and schema function checks the session and refuses it
+// otherwise (ErrNonStandardStrings), and Enqueue, which runs on the
+// caller's transaction, writes its values as escape strings that do not
+// depend on the setting.
 package bunorm

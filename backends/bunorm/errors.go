@@ -29,9 +29,12 @@ const (
 	areaOutbox
 	areaProjection
 	areaWorkRow
+	// areaSettle is the outbox's settlement: a refused value there is a
+	// reason or a state value, not an entry.
+	areaSettle
 )
 
-var areaNames = [...]string{"schema", "lease", "outbox", "projection", "work rows"}
+var areaNames = [...]string{"schema", "lease", "outbox", "projection", "work rows", "outbox"}
 
 // sqlState returns the SQLSTATE of a server error from either driver bun
 // runs on: pgdriver's Error (Field('C')) or pgx's PgError (SQLState()).
@@ -63,7 +66,7 @@ func isConflict(err error) bool {
 // outbox.ErrNotFound (only the outbox looks rows up by a caller's id); a
 // value the database refuses wraps the area's invalid-input sentinel
 // (lease.ErrInvalidRole, outbox.ErrInvalidEntry,
-// projection.ErrInvalidSubject); a conflict says that the statement may be
+// outbox.ErrInvalidSettlement, projection.ErrInvalidSubject); a conflict says that the statement may be
 // retried. Context errors stay recognizable with errors.Is: every error is
 // wrapped, never replaced.
 func mapError(a area, op string, err error) error {
@@ -84,15 +87,17 @@ func mapError(a area, op string, err error) error {
 			invalid = lease.ErrInvalidRole
 		case areaOutbox:
 			invalid = outbox.ErrInvalidEntry
+		case areaSettle:
+			invalid = outbox.ErrInvalidSettlement
 		case areaProjection:
 			invalid = projection.ErrInvalidSubject
 		}
 		if invalid != nil {
 			return fmt.Errorf("%s: %w: the database refused it: %w", prefix, invalid, err)
 		}
-	case "23505": // unique_violation
+	case "23505": // unique_violation: an entry has the id already
 		if a == areaOutbox {
-			return fmt.Errorf("%s: the id is already taken by another entry or dead letter: %w", prefix, err)
+			return fmt.Errorf("%s: %w: an entry has it already: %w", prefix, outbox.ErrIDInUse, err)
 		}
 	case "40001", "40P01": // serialization_failure, deadlock_detected
 		return fmt.Errorf("%s met a concurrent change and was rolled back; it may be retried "+

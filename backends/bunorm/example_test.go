@@ -76,7 +76,7 @@ func runExample(ctx context.Context, db *bun.DB, out io.Writer) error {
 
 	// 3. The outbox relay: one leader (a memory lock here: one process;
 	// locks/pg or locks/redis across nodes) walks the entries in order.
-	store, err := bunorm.NewOutboxStore(db, bunorm.OutboxStoreOptions{})
+	store, err := bunorm.NewOutboxStore(ctx, db, bunorm.OutboxStoreOptions{})
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func runExample(ctx context.Context, db *bun.DB, out io.Writer) error {
 	mu.Unlock()
 
 	// 4. The work rows: claim with bun expressions, deliver, finalize.
-	rows, err := bunorm.NewWorkRows[int64, Delivery](db, deliveryRows)
+	rows, err := bunorm.NewWorkRows[int64, Delivery](ctx, db, deliveryRows)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
@@ -50,4 +51,17 @@ func offlineDB(t testing.TB) *bun.DB {
 	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithAddr("127.0.0.1:1"))), pgdialect.New())
 	t.Cleanup(func() { _ = db.Close() })
 	return db
+}
+
+// pgxConnConfig parses url for pgx's stdlib driver with extra start-up
+// parameters.
+func pgxConnConfig(url string, params map[string]string) (*pgx.ConnConfig, error) {
+	cc, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range params {
+		cc.RuntimeParams[k] = v
+	}
+	return cc, nil
 }

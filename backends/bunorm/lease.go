@@ -82,12 +82,17 @@ var (
 )
 
 // NewLeaseStore returns a LeaseStore over db, or an error naming the first
-// invalid option. It sends nothing to the database; run CreateSchema first.
-func NewLeaseStore(db bun.IDB, opts LeaseStoreOptions) (*LeaseStore, error) {
+// invalid option. It asks the database one thing,
+// standard_conforming_strings, and refuses a session without it
+// (ErrNonStandardStrings); run CreateSchema first.
+func NewLeaseStore(ctx context.Context, db bun.IDB, opts LeaseStoreOptions) (*LeaseStore, error) {
 	if db == nil {
 		return nil, errors.New("baton/bunorm: NewLeaseStore: the database handle is nil")
 	}
 	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkSession(ctx, db, "NewLeaseStore"); err != nil {
 		return nil, err
 	}
 	return &LeaseStore{db: db, opts: opts, t: tableName(opts.Schema, LeaseTable)}, nil

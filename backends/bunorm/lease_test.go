@@ -1,6 +1,7 @@
 package bunorm
 
 import (
+	"context"
 	"testing"
 
 	"github.com/uptrace/bun"
@@ -10,7 +11,7 @@ import (
 
 func mustLeaseStore(t testing.TB, db bun.IDB, opts LeaseStoreOptions) *LeaseStore {
 	t.Helper()
-	st, err := NewLeaseStore(db, opts)
+	st, err := NewLeaseStore(context.Background(), db, opts)
 	if err != nil {
 		t.Fatalf("NewLeaseStore: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun/schema"
 
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // Enqueue writes one outbox entry with db, which should be the caller's own
@@ -28,7 +29,8 @@ import (
 // value (stored as jsonb, so it reads back equal as JSON, not byte for
 // byte). Invalid input (outbox.ValidateEntry) is refused with an error
 // wrapping outbox.ErrInvalidEntry before anything is sent, so the
-// transaction stays usable. Any other failure is an error of a statement
+// transaction stays usable; an id that an entry or a dead letter has, with
+// one wrapping outbox.ErrIDInUse. Any other failure is an error of a statement
 // inside the transaction, which PostgreSQL then refuses to continue: roll
 // it back.
 //
@@ -56,7 +58,7 @@ func enqueue(ctx context.Context, db bun.IDB, table, dead schema.QueryAppender, 
 	if db == nil {
 		return errors.New("baton/bunorm: outbox enqueue: the database handle is nil; enqueue inside the transaction that makes the change")
 	}
-	res, err := db.NewRaw(enqueueSQL, table, dead, UUID(id), lane, string(payload)).Exec(ctx)
+	res, err := db.NewRaw(enqueueSQL, table, dead, UUID(id), escapedText(lane), escapedText(payload)).Exec(ctx)
 	if err != nil {
 		return mapError(areaOutbox, "enqueue", err)
 	}
@@ -103,13 +105,17 @@ type OutboxStore struct {
 var _ outbox.Store = (*OutboxStore)(nil)
 
 // NewOutboxStore returns an OutboxStore over db (normally the *bun.DB), or
-// an error naming the first invalid option. It sends nothing; run
-// CreateSchema first.
-func NewOutboxStore(db bun.IDB, opts OutboxStoreOptions) (*OutboxStore, error) {
+// an error naming the first invalid option. It asks the database one
+// thing, standard_conforming_strings, and refuses a session without it
+// (ErrNonStandardStrings); run CreateSchema first.
+func NewOutboxStore(ctx context.Context, db bun.IDB, opts OutboxStoreOptions) (*OutboxStore, error) {
 	if db == nil {
 		return nil, errors.New("baton/bunorm: NewOutboxStore: the database handle is nil")
 	}
 	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkSession(ctx, db, "NewOutboxStore"); err != nil {
 		return nil, err
 	}
 	return &OutboxStore{
@@ -156,17 +162,34 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 		return nil, fmt.Errorf("baton/bunorm: outbox scan: the limit is %d; it must be at least 1", limit)
 	}
 	xid, id := outbox.CursorState(after)
-	var rows []entryRow
-	if err := s.db.NewRaw(outboxScanSQL, s.t, xid, id, limit).Scan(ctx, &rows); err != nil {
+	// Row by row, so that reading stops once the payloads taken fill the
+	// byte budget (outbox.ScanHasRoom); the driver discards the rest.
+	rows, err := s.db.QueryContext(ctx, outboxScanSQL, s.t, xid, id, limit)
+	if err != nil {
 		return nil, mapError(areaOutbox, "scan", err)
 	}
-	entries := make([]outbox.Entry, len(rows))
-	for i, r := range rows {
+	defer rows.Close()
+	var (
+		entries []outbox.Entry
+		taken   int
+	)
+	for outbox.ScanHasRoom(taken) && rows.Next() {
+		var r entryRow
+		if err := rows.Scan(&r.XID, &r.ID, &r.Lane, &r.Payload, &r.CreatedAt); err != nil {
+			return nil, mapError(areaOutbox, "scan", err)
+		}
 		x, err := strconv.ParseUint(r.XID, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("baton/bunorm: outbox scan: xid %q: %w", r.XID, err)
 		}
-		entries[i] = outbox.Entry{XID: x, ID: outbox.ID(r.ID), Lane: r.Lane, Payload: r.Payload, CreatedAt: r.CreatedAt}
+		entries = append(entries, outbox.Entry{XID: x, ID: outbox.ID(r.ID), Lane: r.Lane, Payload: r.Payload, CreatedAt: r.CreatedAt})
+		taken += len(r.Payload)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, mapError(areaOutbox, "scan", err)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapError(areaOutbox, "scan", err)
 	}
 	return entries, nil
 }
@@ -181,19 +204,21 @@ const (
 ON CONFLICT (key) DO UPDATE SET value = s.value
 RETURNING key, value`
 
-	// outboxParkSQL moves parked entries to the dead letters. ?0 the
-	// outbox, ?1 the dead letters, ?2 ids (uuid[]), ?3 reasons (text[]),
-	// ?4/?5 the cursor the pass started from, ?6/?7 the one it settles at.
-	outboxParkSQL = `WITH moved AS (
-    DELETE FROM ?0 AS o
-    USING unnest(?2::uuid[], ?3::text[]) AS p (id, error)
-    WHERE o.id = p.id
-      AND (o.xid, o.id) > (?4::xid8, ?5::uuid)
-      AND (o.xid, o.id) <= (?6::xid8, ?7::uuid)
-    RETURNING o.id, o.xid, o.lane, o.payload, p.error
-)
-INSERT INTO ?1 (id, xid, lane, payload, error)
-SELECT id, xid, lane, payload, error FROM moved`
+	// outboxParkSQL copies parked entries to the dead letters; they stay
+	// in the outbox below the cursor until retention, and a dead letter
+	// with the same id is replaced (see the PostgreSQL adapter for why). ?0
+	// the outbox, ?1 the dead letters, ?2 ids (uuid[]), ?3 reasons
+	// (text[]), ?4/?5 the cursor the pass started from, ?6/?7 the one it
+	// settles at.
+	outboxParkSQL = `INSERT INTO ?1 AS dl (id, xid, lane, payload, error)
+SELECT o.id, o.xid, o.lane, o.payload, p.error
+FROM unnest(?2::uuid[], ?3::text[]) AS p (id, error)
+JOIN ?0 AS o ON o.id = p.id
+WHERE (o.xid, o.id) > (?4::xid8, ?5::uuid)
+  AND (o.xid, o.id) <= (?6::xid8, ?7::uuid)
+ON CONFLICT (id) DO UPDATE SET xid = excluded.xid, lane = excluded.lane, payload = excluded.payload,
+    error = excluded.error || ' (this replaced a dead letter with the same id, parked at ' || dl.parked_at::text || ')',
+    parked_at = now(), requeued_as = NULL, requeued_at = NULL`
 
 	// outboxWriteStateSQL upserts ?1/?2 (keys and values, text[]) and
 	// removes ?3 (keys, text[]) from the state table ?0.
@@ -213,58 +238,62 @@ WHERE s.value IS DISTINCT FROM excluded.value`
 // always written from st.To. Every parked entry must lie between st.From
 // (exclusive) and st.To (inclusive), or nothing is written.
 func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
-	if st.To.Compare(st.From) < 0 {
-		return fmt.Errorf("baton/bunorm: outbox settle: the new cursor (%d, %s) is before the one the pass started from (%d, %s); the cursor never goes backwards",
-			st.To.XID, st.To.ID, st.From.XID, st.From.ID)
+	if err := outbox.ValidateSettlement(st); err != nil {
+		return fmt.Errorf("baton/bunorm: outbox settle: %w", err)
 	}
-	keys, values, remove := settlementState(st)
 	return s.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
-		zeroXID, zeroID := outbox.CursorState(outbox.Cursor{})
-		var locked []OutboxState
-		if err := tx.NewRaw(outboxLockCursorSQL, s.st, outbox.KeyLastScannedXID, zeroXID, outbox.KeyLastScannedID, zeroID).
-			Scan(ctx, &locked); err != nil {
-			return mapError(areaOutbox, "settle: lock the cursor", err)
-		}
-		stored := make(map[string]string, 2)
-		for _, kv := range locked {
-			if kv.Value != nil { // NULL reads as absent, as in State
-				stored[kv.Key] = *kv.Value
-			}
-		}
-		cur, err := outbox.CursorFromState(stored)
-		if err != nil {
-			return fmt.Errorf("baton/bunorm: outbox settle: the stored cursor is unreadable: %w", err)
-		}
-		if cur != st.From {
-			s.opts.Logger.DebugContext(ctx, "baton: outbox settlement refused: the cursor moved",
-				"stored_xid", cur.XID, "stored_id", cur.ID, "from_xid", st.From.XID, "from_id", st.From.ID)
-			return fmt.Errorf("baton/bunorm: outbox settle: the stored cursor is (%d, %s), the pass started from (%d, %s): %w",
-				cur.XID, cur.ID, st.From.XID, st.From.ID, outbox.ErrCursorMoved)
-		}
-		if len(st.Park) > 0 {
-			ids := make([]string, len(st.Park))
-			reasons := make([]string, len(st.Park))
-			for i, p := range st.Park {
-				ids[i], reasons[i] = p.Entry.ID.String(), p.Reason
-			}
-			fromXID, fromID := outbox.CursorState(st.From)
-			toXID, toID := outbox.CursorState(st.To)
-			res, err := tx.NewRaw(outboxParkSQL, s.t, s.d, pgdialect.Array(ids), pgdialect.Array(reasons),
-				fromXID, fromID, toXID, toID).Exec(ctx)
-			if err != nil {
-				return mapError(areaOutbox, "settle: park", err)
-			}
-			if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
-				return fmt.Errorf("baton/bunorm: outbox settle: %d of the %d entries to park are in the outbox between the two cursors; a parked entry must be one the pass scanned, once; nothing was written",
-					n, len(ids))
-			}
-		}
-		if _, err := tx.NewRaw(outboxWriteStateSQL, s.st, pgdialect.Array(keys), pgdialect.Array(values), pgdialect.Array(remove)).
-			Exec(ctx); err != nil {
-			return mapError(areaOutbox, "settle: write state", err)
-		}
-		return nil
+		return s.settleIn(ctx, tx, st)
 	})
+}
+
+// settleIn runs a validated settlement in tx, everything but its commit.
+func (s *OutboxStore) settleIn(ctx context.Context, tx bun.Tx, st outbox.Settlement) error {
+	keys, values, remove := settlementState(st)
+	zeroXID, zeroID := outbox.CursorState(outbox.Cursor{})
+	var locked []OutboxState
+	if err := tx.NewRaw(outboxLockCursorSQL, s.st, outbox.KeyLastScannedXID, zeroXID, outbox.KeyLastScannedID, zeroID).
+		Scan(ctx, &locked); err != nil {
+		return mapError(areaSettle, "settle: lock the cursor", err)
+	}
+	stored := make(map[string]string, 2)
+	for _, kv := range locked {
+		if kv.Value != nil { // NULL reads as absent, as in State
+			stored[kv.Key] = *kv.Value
+		}
+	}
+	cur, err := outbox.CursorFromState(stored)
+	if err != nil {
+		return fmt.Errorf("baton/bunorm: outbox settle: the stored cursor is unreadable: %w", err)
+	}
+	if cur != st.From {
+		s.opts.Logger.DebugContext(ctx, "baton: outbox settlement refused: the cursor moved",
+			"stored_xid", cur.XID, "stored_id", cur.ID, "from_xid", st.From.XID, "from_id", st.From.ID)
+		return fmt.Errorf("baton/bunorm: outbox settle: the stored cursor is (%d, %s), the pass started from (%d, %s): %w",
+			cur.XID, cur.ID, st.From.XID, st.From.ID, outbox.ErrCursorMoved)
+	}
+	if len(st.Park) > 0 {
+		ids := make([]string, len(st.Park))
+		reasons := make([]string, len(st.Park))
+		for i, p := range st.Park {
+			ids[i], reasons[i] = p.Entry.ID.String(), p.Reason
+		}
+		fromXID, fromID := outbox.CursorState(st.From)
+		toXID, toID := outbox.CursorState(st.To)
+		res, err := tx.NewRaw(outboxParkSQL, s.t, s.d, pgdialect.Array(ids), pgdialect.Array(reasons),
+			fromXID, fromID, toXID, toID).Exec(ctx)
+		if err != nil {
+			return mapError(areaSettle, "settle: park", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
+			return fmt.Errorf("baton/bunorm: outbox settle: %d of the %d entries to park are in the outbox between the two cursors; a parked entry must be one the pass scanned, once; nothing was written",
+				n, len(ids))
+		}
+	}
+	if _, err := tx.NewRaw(outboxWriteStateSQL, s.st, pgdialect.Array(keys), pgdialect.Array(values), pgdialect.Array(remove)).
+		Exec(ctx); err != nil {
+		return mapError(areaSettle, "settle: write state", err)
+	}
+	return nil
 }
 
 // settlementState splits a settlement's state into the keys to upsert (the
@@ -303,6 +332,15 @@ func (s *OutboxStore) State(ctx context.Context) (map[string]string, error) {
 		state[r.Key] = *r.Value
 	}
 	return state, nil
+}
+
+// NextXID implements outbox.Store in one statement.
+func (s *OutboxStore) NextXID(ctx context.Context) (uint64, error) {
+	var next string
+	if err := s.db.NewRaw(pgrules.NextXIDSQL).Scan(ctx, &next); err != nil {
+		return 0, mapError(areaOutbox, "read the transaction counter", err)
+	}
+	return strconv.ParseUint(next, 10, 64)
 }
 
 // deadRow is one dead letter as read; Payload only when selected.

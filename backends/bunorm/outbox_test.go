@@ -3,7 +3,10 @@ package bunorm
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/uptrace/bun"
 
@@ -13,7 +16,7 @@ import (
 
 func mustOutboxStore(t testing.TB, db bun.IDB, opts OutboxStoreOptions) *OutboxStore {
 	t.Helper()
-	st, err := NewOutboxStore(db, opts)
+	st, err := NewOutboxStore(context.Background(), db, opts)
 	if err != nil {
 		t.Fatalf("NewOutboxStore: %v", err)
 	}
@@ -43,9 +46,90 @@ func bunOutboxProducer(db *bun.DB) conformance.OutboxProducer {
 func TestOutboxStore_Conformance(t *testing.T) {
 	conformance.RunOutboxStore(t, func(t *testing.T) conformance.OutboxHarness {
 		_, db := bunEnv(t)
+		st := mustOutboxStore(t, db, OutboxStoreOptions{})
 		return conformance.OutboxHarness{
-			Store:    mustOutboxStore(t, db, OutboxStoreOptions{}),
-			Producer: bunOutboxProducer(db),
+			Store:      st,
+			Producer:   bunOutboxProducer(db),
+			HoldSettle: holdSettle(st, db),
 		}
 	}, conformance.OutboxFeatures{})
+}
+
+// holdSettle runs the store's own settlement in a transaction it leaves
+// open, and reports producers waiting on that transaction's backend.
+func holdSettle(st *OutboxStore, db *bun.DB) func(context.Context, outbox.Settlement) (conformance.HeldSettlement, error) {
+	return func(ctx context.Context, s outbox.Settlement) (conformance.HeldSettlement, error) {
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return nil, err
+		}
+		h := &heldSettlement{db: db, tx: tx}
+		if err := tx.NewRaw("SELECT pg_backend_pid()").Scan(ctx, &h.pid); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+		if err := st.settleIn(ctx, tx, s); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+		return h, nil
+	}
+}
+
+type heldSettlement struct {
+	db  *bun.DB
+	tx  bun.Tx
+	pid int
+}
+
+func (h *heldSettlement) Blocking(ctx context.Context) (bool, error) {
+	var blocking bool
+	err := h.db.NewRaw("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE ?::int = ANY (pg_blocking_pids(pid)))", h.pid).Scan(ctx, &blocking)
+	return blocking, err
+}
+
+func (h *heldSettlement) Commit(context.Context) error {
+	if err := h.tx.Commit(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return err
+	}
+	return nil
+}
+
+func (h *heldSettlement) Rollback(context.Context) error {
+	if err := h.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return err
+	}
+	return nil
+}
+
+// See the PostgreSQL adapter's test of the same name.
+func TestOutboxStore_ParkingAnEntryWithADeadLettersIDReplacesItInsteadOfFailing(t *testing.T) {
+	_, db := bunEnv(t)
+	ctx := testContext(t)
+	st := mustOutboxStore(t, db, OutboxStoreOptions{})
+	id := outbox.NewID()
+	if _, err := db.NewRaw(`INSERT INTO baton_outbox_dead (id, xid, lane, payload, error) VALUES (?, '1', 'old', '{"v": 1}', 'first')`, id.String()).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.NewRaw(`INSERT INTO baton_outbox (id, lane, payload) VALUES (?, 'new', '{"v": 2}')`, id.String()).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var es []outbox.Entry
+	for deadline := time.Now().Add(10 * time.Second); len(es) == 0; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if es, err = st.Scan(ctx, outbox.Cursor{}, 10); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the entry did not become visible")
+		}
+	}
+	err := st.Settle(ctx, outbox.Settlement{To: es[0].Cursor(), Park: []outbox.Parked{{Entry: es[0], Reason: "second"}}})
+	if err != nil {
+		t.Fatalf("parking an entry whose id has a dead letter: %v; the settlement must not fail on it", err)
+	}
+	d, err := st.GetDead(ctx, id)
+	if err != nil || d.Lane != "new" || !strings.HasPrefix(d.Error, "second (this replaced a dead letter") {
+		t.Fatalf("the dead letter is %+v, %v; want the newer entry, its error saying what it replaced", d, err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -41,40 +42,54 @@ func (o *ProjectionStoreOptions) validate() error {
 // baton_projection_detail (both UNLOGGED), on a bun.IDB. Create it with
 // NewProjectionStore.
 //
-// Replace runs one transaction (bun's RunInTx): it inserts the
-// generation's header (inactive), inserts the detail rows in one statement
-// from arrays, then, holding a transaction-scoped advisory lock keyed by
-// the subject, the same key the PostgreSQL adapter takes, moves active
-// from the previous generation to the new one. Reads are one statement
-// each; Sweep is one statement that locks nothing it has to wait for. bun
-// and pgx nodes can share the tables.
+// Reserve is one nextval of the generation sequence. Replace runs one READ
+// COMMITTED transaction (bun's RunInTx), whatever the server's
+// default_transaction_isolation, as the PostgreSQL adapter does: it inserts
+// the generation's header (inactive) under the reserved number, inserts the
+// detail rows in one statement from arrays, then, holding a
+// transaction-scoped advisory lock keyed by the subject, the same key the
+// PostgreSQL adapter takes, demotes the active generation if it is older and
+// promotes the new one if no newer one is active; a newer one makes it roll
+// back with projection.ErrStale. Reads are one statement each; Sweep is one
+// statement, READ COMMITTED too, that locks nothing it has to wait for. bun and pgx nodes can
+// share the tables and the sequence.
 type ProjectionStore struct {
 	db   bun.IDB
 	opts ProjectionStoreOptions
 
 	h, d       schema.QueryAppender
-	lockPrefix string // the header table as the PostgreSQL adapter quotes it
+	seq        schema.QueryAppender // the generation sequence
+	seqName    string               // the same, quoted, for nextval's regclass
+	lockPrefix string               // the header table as the PostgreSQL adapter quotes it
 }
 
 var _ projection.Store = (*ProjectionStore)(nil)
 
 // NewProjectionStore returns a ProjectionStore over db, or an error naming
-// the first invalid option. It sends nothing; run CreateSchema first.
-func NewProjectionStore(db bun.IDB, opts ProjectionStoreOptions) (*ProjectionStore, error) {
+// the first invalid option. It asks the database one thing,
+// standard_conforming_strings, and refuses a session without it
+// (ErrNonStandardStrings); run CreateSchema first.
+func NewProjectionStore(ctx context.Context, db bun.IDB, opts ProjectionStoreOptions) (*ProjectionStore, error) {
 	if db == nil {
 		return nil, errors.New("baton/bunorm: NewProjectionStore: the database handle is nil")
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	prefix := quoteName(ProjectionHeaderTable)
+	if err := checkSession(ctx, db, "NewProjectionStore"); err != nil {
+		return nil, err
+	}
+	prefix, seqName := quoteName(ProjectionHeaderTable), quoteName(generationSequence)
 	if opts.Schema != "" {
 		prefix = quoteName(opts.Schema) + "." + prefix
+		seqName = quoteName(opts.Schema) + "." + seqName
 	}
 	return &ProjectionStore{
 		db: db, opts: opts,
 		h:          tableName(opts.Schema, ProjectionHeaderTable),
 		d:          tableName(opts.Schema, ProjectionDetailTable),
+		seq:        tableName(opts.Schema, generationSequence),
+		seqName:    seqName,
 		lockPrefix: prefix,
 	}, nil
 }
@@ -86,20 +101,49 @@ func (s *ProjectionStore) lockKey(subject projection.Subject) int64 {
 	return pgrules.ProjectionLockKey(s.lockPrefix, subject.Type, subject.ID)
 }
 
-// Replace implements projection.Store. Bad input sends nothing.
-func (s *ProjectionStore) Replace(ctx context.Context, subject projection.Subject, grants []projection.Grant) (projection.Generation, error) {
+// Reserve implements projection.Store: one nextval of the generation
+// sequence.
+func (s *ProjectionStore) Reserve(ctx context.Context) (projection.Generation, error) {
+	var gen int64
+	if err := s.db.NewRaw(`SELECT nextval(?::regclass)`, s.seqName).Scan(ctx, &gen); err != nil {
+		return 0, mapError(areaProjection, "reserve a generation", err)
+	}
+	return projection.Generation(gen), nil
+}
+
+// Replace implements projection.Store. Bad input sends nothing; a
+// generation the sequence never handed out, one already written, or a
+// stale one is rolled back.
+func (s *ProjectionStore) Replace(ctx context.Context, subject projection.Subject, generation projection.Generation, grants []projection.Grant) error {
 	if err := subject.Validate(); err != nil {
-		return 0, err
+		return err
 	}
 	if err := projection.ValidateGrants(grants); err != nil {
-		return 0, err
+		return err
 	}
+	if generation == 0 || generation > math.MaxInt64 {
+		return fmt.Errorf("baton/bunorm: projection replace: %w: %d is not a generation the sequence hands out; use one from Reserve", projection.ErrInvalidGeneration, generation)
+	}
+	gen := int64(generation)
 	started := time.Now()
-	var gen int64
+	// READ COMMITTED whatever the server's default: the flip's statements
+	// must each see the flips committed before the subject's lock was
+	// granted, which a transaction-wide snapshot would hide.
 	err := s.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
-		if err := tx.NewRaw(`INSERT INTO ?0 (subject_type, subject_id) VALUES (?1, ?2) RETURNING generation`,
-			s.h, subject.Type, subject.ID).Scan(ctx, &gen); err != nil {
+		// Only a number the sequence has handed out: one from the future
+		// would make every later refresh of the subject stale.
+		res, err := tx.NewRaw(`INSERT INTO ?0 (generation, subject_type, subject_id)
+SELECT ?2::bigint, ?3::text, ?4::text FROM ?1 WHERE is_called AND ?2::bigint <= last_value`,
+			s.h, s.seq, gen, subject.Type, subject.ID).Exec(ctx)
+		switch {
+		case sqlState(err) == "23505": // unique_violation: the primary key
+			return fmt.Errorf("baton/bunorm: projection replace: %w: generation %d is already written", projection.ErrInvalidGeneration, gen)
+		case err != nil:
 			return mapError(areaProjection, "replace: insert the header", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("baton/bunorm: projection replace: %w: generation %d was never reserved (%s has not handed it out)",
+				projection.ErrInvalidGeneration, gen, generationSequence)
 		}
 		if len(grants) > 0 {
 			types, ids, masks := make([]string, len(grants)), make([]string, len(grants)), make([]int64, len(grants))
@@ -116,32 +160,35 @@ SELECT ?1, g.resource_type, g.resource_id, g.mask FROM unnest(?2::text[], ?3::te
 				return fmt.Errorf("baton/bunorm: projection replace: inserted %d of %d grants", n, len(grants))
 			}
 		}
-		// The flip: the subject's lock, then demote and promote, each a
-		// statement of its own so each sees what committed before it.
+		// The flip: the subject's lock, then demote an older active
+		// generation and promote this one unless a newer one is active,
+		// each a statement of its own so each sees what committed before it.
 		if _, err := tx.NewRaw(`SELECT pg_advisory_xact_lock(?)`, s.lockKey(subject)).Exec(ctx); err != nil {
 			return mapError(areaProjection, "replace: lock the subject", err)
 		}
 		if _, err := tx.NewUpdate().Model((*ProjectionHeader)(nil)).ModelTableExpr("? AS ?TableAlias", s.h).
 			Set("active = false").
-			Where("subject_type = ? AND subject_id = ? AND active", subject.Type, subject.ID).Exec(ctx); err != nil {
+			Where("subject_type = ? AND subject_id = ? AND active AND generation < ?", subject.Type, subject.ID, gen).Exec(ctx); err != nil {
 			return mapError(areaProjection, "replace: demote", err)
 		}
-		res, err := tx.NewUpdate().Model((*ProjectionHeader)(nil)).ModelTableExpr("? AS ?TableAlias", s.h).
-			Set("active = true").Where("generation = ?", gen).Exec(ctx)
+		res, err = tx.NewUpdate().Model((*ProjectionHeader)(nil)).ModelTableExpr("? AS ?TableAlias", s.h).
+			Set("active = true").Where("generation = ?", gen).
+			Where("NOT EXISTS (SELECT FROM ? AS a WHERE a.subject_type = ? AND a.subject_id = ? AND a.active)", s.h, subject.Type, subject.ID).
+			Exec(ctx)
 		if err != nil {
 			return mapError(areaProjection, "replace: promote", err)
 		}
 		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return fmt.Errorf("baton/bunorm: projection replace: generation %d was not promoted (%d rows)", gen, n)
+			return fmt.Errorf("baton/bunorm: projection replace: %w: %s has a generation reserved after %d active", projection.ErrStale, subject, gen)
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return err
 	}
 	s.opts.Logger.DebugContext(ctx, "baton: projection replaced",
 		"subject", subject.String(), "generation", gen, "grants", len(grants), "took", time.Since(started))
-	return projection.Generation(gen), nil
+	return nil
 }
 
 // Mask implements projection.Store in one statement: no row means no
@@ -229,7 +276,12 @@ func (s *ProjectionStore) Generations(ctx context.Context, subject projection.Su
 // superseded headers it can lock without waiting, and their details.
 func (s *ProjectionStore) Sweep(ctx context.Context) (int, error) {
 	var n int64
-	if err := s.db.NewRaw(`WITH gone AS (
+	// READ COMMITTED whatever the server's default, like Replace: under
+	// REPEATABLE READ, a candidate another sweep deleted after this
+	// statement's snapshot is a serialization failure instead of a row to
+	// skip.
+	err := s.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
+		return tx.NewRaw(`WITH gone AS (
     DELETE FROM ?0
     WHERE generation = ANY (ARRAY(
         SELECT generation FROM ?0
@@ -240,7 +292,9 @@ func (s *ProjectionStore) Sweep(ctx context.Context) (int, error) {
 ), details AS (
     DELETE FROM ?1 WHERE generation = ANY (ARRAY(SELECT generation FROM gone))
 )
-SELECT count(*) FROM gone`, s.h, s.d).Scan(ctx, &n); err != nil {
+SELECT count(*) FROM gone`, s.h, s.d).Scan(ctx, &n)
+	})
+	if err != nil {
 		return 0, mapError(areaProjection, "sweep", err)
 	}
 	if n > 0 {

@@ -1,6 +1,7 @@
 package bunorm
 
 import (
+	"context"
 	"testing"
 
 	"github.com/uptrace/bun"
@@ -10,7 +11,7 @@ import (
 
 func mustProjectionStore(t testing.TB, db bun.IDB, opts ProjectionStoreOptions) *ProjectionStore {
 	t.Helper()
-	st, err := NewProjectionStore(db, opts)
+	st, err := NewProjectionStore(context.Background(), db, opts)
 	if err != nil {
 		t.Fatalf("NewProjectionStore: %v", err)
 	}
@@ -23,6 +24,27 @@ func TestProjectionStore_Conformance(t *testing.T) {
 		return conformance.ProjectionHarness{
 			Store:  mustProjectionStore(t, db, ProjectionStoreOptions{}),
 			Second: mustProjectionStore(t, openBun(t, env), ProjectionStoreOptions{}),
+		}
+	}, conformance.ProjectionFeatures{})
+}
+
+// TestProjectionStore_ConformanceUnderRepeatableReadByDefault runs the
+// contract on sessions whose default_transaction_isolation is REPEATABLE
+// READ (a connection parameter, never the server's setting): Replace runs
+// READ COMMITTED whatever the default, as the PostgreSQL adapter does.
+func TestProjectionStore_ConformanceUnderRepeatableReadByDefault(t *testing.T) {
+	conformance.RunProjectionStore(t, func(t *testing.T) conformance.ProjectionHarness {
+		env, _ := bunEnv(t)
+		repeatableRead := *env
+		repeatableRead.URL += "&default_transaction_isolation=repeatable%20read"
+		db := openBun(t, &repeatableRead)
+		var level string
+		if err := db.NewRaw("SHOW default_transaction_isolation").Scan(testContext(t), &level); err != nil || level != "repeatable read" {
+			t.Fatalf("the session's default isolation is %q, %v; the test needs repeatable read", level, err)
+		}
+		return conformance.ProjectionHarness{
+			Store:  mustProjectionStore(t, db, ProjectionStoreOptions{}),
+			Second: mustProjectionStore(t, openBun(t, &repeatableRead), ProjectionStoreOptions{}),
 		}
 	}, conformance.ProjectionFeatures{})
 }

@@ -189,6 +189,9 @@ func MigrateDown(ctx context.Context, db *bun.DB) error {
 // as it was.
 func inSchema(ctx context.Context, db bun.IDB, schemaName string, create bool, fn func(ctx context.Context, tx bun.Tx, schemaName string) error) error {
 	return db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
+		if err := checkSession(ctx, tx, "schema"); err != nil {
+			return err
+		}
 		if schemaName == "" {
 			var current sql.NullString
 			if err := tx.NewRaw("SELECT current_schema()").Scan(ctx, &current); err != nil {

@@ -208,7 +208,11 @@ func TestCreateSchema_InANamedSchemaInsideACallersTransaction(t *testing.T) {
 		t.Fatalf("Heartbeat in schema %q: %v %+v", named, err, recs)
 	}
 	ps := mustProjectionStore(t, db, ProjectionStoreOptions{Schema: named})
-	if _, err := ps.Replace(ctx, projection.Subject{Type: "user", ID: "u"}, nil); err != nil {
+	gen, err := ps.Reserve(ctx)
+	if err != nil {
+		t.Fatalf("Reserve in schema %q: %v", named, err)
+	}
+	if err := ps.Replace(ctx, projection.Subject{Type: "user", ID: "u"}, gen, nil); err != nil {
 		t.Fatalf("Replace in schema %q: %v", named, err)
 	}
 	if err := DropSchema(ctx, db, SchemaOptions{Schema: named}); err != nil {

@@ -59,6 +59,13 @@ func TestMapError_TurnsRefusalsIntoCoreSentinels(t *testing.T) {
 	if err := mapError(areaOutbox, "insert", err); !errors.Is(err, outbox.ErrInvalidEntry) {
 		t.Errorf("a long lane refused by the table: %v; want outbox.ErrInvalidEntry", err)
 	}
+	_, err = db.NewRaw(`INSERT INTO baton_outbox_state (key, value) VALUES ('k', convert_from('\xff'::bytea, 'UTF8'))`).Exec(ctx)
+	if sqlState(err) != "22021" {
+		t.Fatalf("an invalid UTF-8 state value: err = %v, want SQLSTATE 22021", err)
+	}
+	if err := mapError(areaSettle, "write state", err); !errors.Is(err, outbox.ErrInvalidSettlement) || errors.Is(err, outbox.ErrInvalidEntry) {
+		t.Errorf("a state value refused in a settlement: %v; want outbox.ErrInvalidSettlement, not outbox.ErrInvalidEntry", err)
+	}
 	st := mustOutboxStore(t, db, OutboxStoreOptions{})
 	if _, err := st.GetDead(ctx, outbox.NewID()); !errors.Is(err, outbox.ErrNotFound) {
 		t.Errorf("GetDead of an unknown id: %v; want outbox.ErrNotFound", err)
@@ -98,19 +105,19 @@ func TestEnqueue_InvalidEntryWritesNothingAndLeavesTheTransactionUsable(t *testi
 func TestNewStores_RejectInvalidOptionsNamingTheField(t *testing.T) {
 	db := offlineDB(t)
 	for what, err := range map[string]error{
-		"LeaseStoreOptions.Channel":     errOf(NewLeaseStore(db, LeaseStoreOptions{Channel: `a"b`})),
-		"LeaseStoreOptions.Schema":      errOf(NewLeaseStore(db, LeaseStoreOptions{Schema: "pg_x"})),
-		"OutboxStoreOptions.Schema":     errOf(NewOutboxStore(db, OutboxStoreOptions{Schema: strings.Repeat("s", 64)})),
-		"ProjectionStoreOptions.Schema": errOf(NewProjectionStore(db, ProjectionStoreOptions{Schema: "a\x00"})),
-		"WorkRowsOptions.Live":          errOf(NewWorkRows[int64, suiteRow](db, WorkRowsOptions{})),
-		"WorkRowsOptions.Order[0]":      errOf(NewWorkRows[int64, suiteRow](db, WorkRowsOptions{Live: conformance.WorkRowsLive, Order: []workrow.Order{workrow.Asc("lock_id")}})),
-		"WorkRowsOptions.IDColumn":      errOf(NewWorkRows[int64, suiteRow](db, WorkRowsOptions{Live: conformance.WorkRowsLive, IDColumn: "lock_id"})),
+		"LeaseStoreOptions.Channel":     errOf(NewLeaseStore(context.Background(), db, LeaseStoreOptions{Channel: `a"b`})),
+		"LeaseStoreOptions.Schema":      errOf(NewLeaseStore(context.Background(), db, LeaseStoreOptions{Schema: "pg_x"})),
+		"OutboxStoreOptions.Schema":     errOf(NewOutboxStore(context.Background(), db, OutboxStoreOptions{Schema: strings.Repeat("s", 64)})),
+		"ProjectionStoreOptions.Schema": errOf(NewProjectionStore(context.Background(), db, ProjectionStoreOptions{Schema: "a\x00"})),
+		"WorkRowsOptions.Live":          errOf(NewWorkRows[int64, suiteRow](context.Background(), db, WorkRowsOptions{})),
+		"WorkRowsOptions.Order[0]":      errOf(NewWorkRows[int64, suiteRow](context.Background(), db, WorkRowsOptions{Live: conformance.WorkRowsLive, Order: []workrow.Order{workrow.Asc("lock_id")}})),
+		"WorkRowsOptions.IDColumn":      errOf(NewWorkRows[int64, suiteRow](context.Background(), db, WorkRowsOptions{Live: conformance.WorkRowsLive, IDColumn: "lock_id"})),
 	} {
 		if err == nil || !strings.Contains(err.Error(), what) {
 			t.Errorf("%s: err = %v; want one naming the field", what, err)
 		}
 	}
-	if _, err := NewWorkRows[int64, suiteRow](db, WorkRowsOptions{Live: workrow.IsNull("locked_until")}); err == nil {
+	if _, err := NewWorkRows[int64, suiteRow](context.Background(), db, WorkRowsOptions{Live: workrow.IsNull("locked_until")}); err == nil {
 		t.Error("a live filter on a lock column was accepted")
 	}
 }
@@ -129,7 +136,7 @@ func TestWorkRows_ClaimWithBunExpressionsAndFinalizeWith(t *testing.T) {
 	if err := insertSuiteRows(ctx, db, []conformance.WorkRow{{ID: 1, Seq: 30}, {ID: 2, Seq: 20}, {ID: 3, Seq: 10, Attempts: 9}, {ID: 4, Seq: 40}}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := NewWorkRows[int64, suiteRow](db, suiteOptions())
+	rows, err := NewWorkRows[int64, suiteRow](context.Background(), db, suiteOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,8 +144,10 @@ type WorkRows[K comparable, R any] struct {
 var _ workrow.Store[int64, struct{}] = (*WorkRows[int64, struct{}])(nil)
 
 // NewWorkRows returns a WorkRows over db for the model R, or an error
-// naming the first invalid option. It sends nothing to the database.
-func NewWorkRows[K comparable, R any](db bun.IDB, opts WorkRowsOptions) (*WorkRows[K, R], error) {
+// naming the first invalid option. It asks the database one thing,
+// standard_conforming_strings, and refuses a session without it
+// (ErrNonStandardStrings).
+func NewWorkRows[K comparable, R any](ctx context.Context, db bun.IDB, opts WorkRowsOptions) (*WorkRows[K, R], error) {
 	if db == nil {
 		return nil, errors.New("baton/bunorm: NewWorkRows: the database handle is nil")
 	}
@@ -167,6 +169,9 @@ func NewWorkRows[K comparable, R any](db bun.IDB, opts WorkRowsOptions) (*WorkRo
 	live, err := condFilter(opts.Live, "?TableAlias.", time.Time{})
 	if err != nil {
 		return nil, fmt.Errorf("baton/bunorm: WorkRowsOptions.Live: %w", err)
+	}
+	if err := checkSession(ctx, db, "NewWorkRows"); err != nil {
+		return nil, err
 	}
 	return &WorkRows[K, R]{
 		db: db, opts: opts,

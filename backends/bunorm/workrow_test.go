@@ -49,7 +49,7 @@ func createSuiteTable(t testing.TB, ctx context.Context, db bun.IDB) {
 
 func suiteStore(t testing.TB, db bun.IDB) *WorkRows[int64, conformance.WorkRow] {
 	t.Helper()
-	st, err := NewWorkRows[int64, conformance.WorkRow](db, suiteOptions())
+	st, err := NewWorkRows[int64, conformance.WorkRow](context.Background(), db, suiteOptions())
 	if err != nil {
 		t.Fatalf("NewWorkRows: %v", err)
 	}

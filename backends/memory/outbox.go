@@ -126,17 +126,17 @@ func (tx *OutboxTx) Enqueue(ctx context.Context, id outbox.ID, lane string, payl
 	if err := outbox.ValidateEntry(id, lane, payload); err != nil {
 		return err
 	}
-	if _, ok := s.ids[id]; ok {
-		return fmt.Errorf("baton/memory: enqueue: an entry with id %s is already in the outbox", id)
-	}
 	if _, ok := s.dead[id]; ok {
-		return fmt.Errorf("baton/memory: enqueue %s: %w; use a fresh id (outbox.NewID)", id, outbox.ErrIDInUse)
+		return fmt.Errorf("baton/memory: enqueue %s: a dead letter has it: %w; use a fresh id (outbox.NewID)", id, outbox.ErrIDInUse)
+	}
+	if _, ok := s.ids[id]; ok {
+		return fmt.Errorf("baton/memory: enqueue %s: an entry in the outbox has it: %w; use a fresh id (outbox.NewID)", id, outbox.ErrIDInUse)
 	}
 	switch owner := s.pending[id]; {
 	case owner == tx:
-		return fmt.Errorf("baton/memory: enqueue: id %s is already enqueued in this transaction", id)
+		return fmt.Errorf("baton/memory: enqueue %s: already enqueued in this transaction: %w", id, outbox.ErrIDInUse)
 	case owner != nil:
-		return fmt.Errorf("baton/memory: enqueue: id %s is already enqueued by another open transaction", id)
+		return fmt.Errorf("baton/memory: enqueue %s: already enqueued by another open transaction: %w", id, outbox.ErrIDInUse)
 	}
 	if tx.xid == 0 {
 		tx.xid = s.nextXID
@@ -250,12 +250,14 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 	defer s.mu.Unlock()
 	h := s.horizon()
 	var out []outbox.Entry
+	size := 0
 	for _, e := range s.entries[s.after(after):] {
-		if len(out) == limit || (h != 0 && e.XID >= h) {
+		if len(out) == limit || !outbox.ScanHasRoom(size) || (h != 0 && e.XID >= h) {
 			break
 		}
 		e.Payload = slices.Clone(e.Payload)
 		out = append(out, e)
+		size += len(e.Payload)
 	}
 	return out, nil
 }
@@ -263,8 +265,8 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 // Settle implements outbox.Store. Everything is checked before anything
 // changes, so a refused settlement writes nothing.
 func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
-	if st.To.Compare(st.From) < 0 {
-		return fmt.Errorf("baton/memory: settle: the new cursor %s is before the old one %s; the cursor never goes backwards", fmtCursor(st.To), fmtCursor(st.From))
+	if err := outbox.ValidateSettlement(st); err != nil {
+		return fmt.Errorf("baton/memory: settle: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -284,28 +286,29 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 		if _, twice := parking[id]; twice {
 			return fmt.Errorf("baton/memory: settle: entry %s is parked twice", id)
 		}
-		if _, ok := s.ids[id]; !ok {
-			return fmt.Errorf("baton/memory: settle: entry %s to park is not in the outbox", id)
-		}
-		if _, ok := s.dead[id]; ok {
-			return fmt.Errorf("baton/memory: settle: entry %s to park already has a dead letter with its id", id)
-		}
 		parking[id] = p.Reason
 	}
-
-	if len(parking) > 0 {
-		now := s.clock()
-		s.entries = slices.DeleteFunc(s.entries, func(e outbox.Entry) bool {
-			reason, ok := parking[e.ID]
-			if !ok {
-				return false
-			}
-			delete(s.ids, e.ID)
-			s.dead[e.ID] = &outbox.DeadLetter{
-				ID: e.ID, XID: e.XID, Lane: e.Lane, Payload: e.Payload, Error: reason, ParkedAt: now,
-			}
-			return true
-		})
+	// Parking copies: the entry stays in the outbox, below the cursor like
+	// a delivered one, until retention, so its id is never free while its
+	// dead letter is being written (see the PostgreSQL adapter).
+	var parked []outbox.Entry
+	for _, e := range s.entries[s.after(st.From):s.after(st.To)] {
+		if _, ok := parking[e.ID]; ok {
+			parked = append(parked, e)
+		}
+	}
+	if len(parked) != len(parking) {
+		return fmt.Errorf("baton/memory: settle: %d of the %d entries to park are in the outbox between the two cursors; a parked entry must be one the pass scanned, once; nothing was written",
+			len(parked), len(parking))
+	}
+	now := s.clock()
+	for _, e := range parked {
+		// An id that has a dead letter already can only come from a write
+		// that bypassed Enqueue; the newer entry replaces it rather than
+		// fail every settlement (see outbox.Store.Settle).
+		s.dead[e.ID] = &outbox.DeadLetter{
+			ID: e.ID, XID: e.XID, Lane: e.Lane, Payload: slices.Clone(e.Payload), Error: parking[e.ID], ParkedAt: now,
+		}
 	}
 	for k, v := range st.State {
 		if v == nil {
@@ -328,6 +331,17 @@ func (s *OutboxStore) State(ctx context.Context) (map[string]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.state), nil
+}
+
+// NextXID implements outbox.Store: the xid the next writing transaction
+// (or requeue) takes.
+func (s *OutboxStore) NextXID(ctx context.Context) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextXID, nil
 }
 
 // deadOrder is the listing order: newest parked first, then by id.

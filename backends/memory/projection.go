@@ -21,14 +21,16 @@ type ProjectionStoreOptions struct {
 // NewProjectionStore. It is safe for concurrent use.
 //
 // A generation is built outside the store's lock, as an immutable value, and
-// made active by swapping one pointer under the lock: that swap is the flip.
-// Readers take the lock only to fetch the pointer of the subject's active
+// made active by swapping one pointer under the lock: that swap is the flip,
+// done only when the new generation is larger than the active one. Readers
+// take the lock only to fetch the pointer of the subject's active
 // generation, then read the immutable value.
 type ProjectionStore struct {
 	now func() time.Time
 
 	mu       sync.RWMutex
-	last     projection.Generation
+	last     projection.Generation // the last one Reserve drew
+	stored   map[projection.Generation]bool
 	subjects map[projection.Subject]*projectionSubject
 	// superseded counts the generations not active any more, of every
 	// subject, so a sweep with nothing to do stops at once.
@@ -60,16 +62,31 @@ func NewProjectionStore(opts ProjectionStoreOptions) *ProjectionStore {
 	if now == nil {
 		now = time.Now
 	}
-	return &ProjectionStore{now: now, subjects: make(map[projection.Subject]*projectionSubject)}
+	return &ProjectionStore{now: now, stored: make(map[projection.Generation]bool), subjects: make(map[projection.Subject]*projectionSubject)}
 }
 
-// Replace implements projection.Store. Bad input writes nothing.
-func (s *ProjectionStore) Replace(ctx context.Context, subject projection.Subject, grants []projection.Grant) (projection.Generation, error) {
-	if err := subject.Validate(); err != nil {
+// Reserve implements projection.Store: the store's own counter.
+func (s *ProjectionStore) Reserve(ctx context.Context) (projection.Generation, error) {
+	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last++
+	return s.last, nil
+}
+
+// Replace implements projection.Store. Bad input and a stale generation
+// write nothing.
+func (s *ProjectionStore) Replace(ctx context.Context, subject projection.Subject, gen projection.Generation, grants []projection.Grant) error {
+	if err := subject.Validate(); err != nil {
+		return err
+	}
 	if err := projection.ValidateGrants(grants); err != nil {
-		return 0, err
+		return err
+	}
+	if gen == 0 {
+		return fmt.Errorf("baton/memory: %w: 0 is never a generation; use one from Reserve", projection.ErrInvalidGeneration)
 	}
 	g := &projectionGeneration{
 		sorted: slices.SortedFunc(slices.Values(grants), projection.CompareGrants),
@@ -79,14 +96,22 @@ func (s *ProjectionStore) Replace(ctx context.Context, subject projection.Subjec
 		g.masks[projectionResource{gr.ResourceType, gr.ResourceID}] = gr.Mask
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.last++
-	g.gen = s.last
-	g.createdAt = s.now().Round(0)
+	switch {
+	case gen > s.last:
+		return fmt.Errorf("baton/memory: %w: generation %d was never reserved (the last reserved is %d)", projection.ErrInvalidGeneration, gen, s.last)
+	case s.stored[gen]:
+		return fmt.Errorf("baton/memory: %w: generation %d is already written", projection.ErrInvalidGeneration, gen)
+	}
 	st := s.subjects[subject]
+	if st != nil && st.active != nil && st.active.gen > gen {
+		return fmt.Errorf("baton/memory: %w: %s is at generation %d, reserved after %d", projection.ErrStale, subject, st.active.gen, gen)
+	}
+	g.gen = gen
+	g.createdAt = s.now().Round(0)
 	if st == nil {
 		st = &projectionSubject{}
 		s.subjects[subject] = st
@@ -96,7 +121,8 @@ func (s *ProjectionStore) Replace(ctx context.Context, subject projection.Subjec
 		s.superseded++
 	}
 	st.active = g
-	return g.gen, nil
+	s.stored[gen] = true
+	return nil
 }
 
 // activeGeneration returns the subject's active generation, or an error
@@ -174,6 +200,9 @@ func (s *ProjectionStore) Sweep(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	for _, st := range s.subjects {
+		for _, g := range st.superseded {
+			delete(s.stored, g.gen)
+		}
 		clear(st.superseded)
 		st.superseded = st.superseded[:0:0]
 	}
@@ -189,5 +218,6 @@ func (s *ProjectionStore) Forget() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.subjects)
+	clear(s.stored)
 	s.superseded = 0
 }

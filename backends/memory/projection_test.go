@@ -16,14 +16,25 @@ func TestProjectionStore_Conformance(t *testing.T) {
 	}, conformance.ProjectionFeatures{})
 }
 
+// refresh reserves a generation and replaces subject's projection with it.
+func refresh(t *testing.T, st *memory.ProjectionStore, subject projection.Subject, grants []projection.Grant) projection.Generation {
+	t.Helper()
+	gen, err := st.Reserve(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Replace(t.Context(), subject, gen, grants); err != nil {
+		t.Fatal(err)
+	}
+	return gen
+}
+
 func TestProjectionStore_ForgetLeavesEverySubjectWithoutAProjection(t *testing.T) {
 	ctx := t.Context()
 	st := memory.NewProjectionStore(memory.ProjectionStoreOptions{})
 	alice := projection.Subject{Type: "user", ID: "alice"}
 	for range 2 {
-		if _, err := st.Replace(ctx, alice, []projection.Grant{{ResourceType: "doc", ResourceID: "d", Mask: 1}}); err != nil {
-			t.Fatal(err)
-		}
+		refresh(t, st, alice, []projection.Grant{{ResourceType: "doc", ResourceID: "d", Mask: 1}})
 	}
 	st.Forget()
 	if _, _, err := st.Mask(ctx, alice, "doc", "d"); !errors.Is(err, projection.ErrNoProjection) {
@@ -32,9 +43,8 @@ func TestProjectionStore_ForgetLeavesEverySubjectWithoutAProjection(t *testing.T
 	if n, err := st.Sweep(ctx); err != nil || n != 0 {
 		t.Fatalf("Sweep after Forget = %d, %v; want nothing to sweep", n, err)
 	}
-	gen, err := st.Replace(ctx, alice, nil)
-	if err != nil || gen != 3 {
-		t.Fatalf("Replace after Forget = %d, %v; want generation 3 (numbers are not reused)", gen, err)
+	if gen := refresh(t, st, alice, nil); gen != 3 {
+		t.Fatalf("the generation reserved after Forget is %d; want 3 (numbers are not reused)", gen)
 	}
 }
 
@@ -42,13 +52,9 @@ func TestProjectionStore_CreatedAtComesFromTheStoreClock(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	st := memory.NewProjectionStore(memory.ProjectionStoreOptions{Now: clock.Now})
 	bob := projection.Subject{Type: "user", ID: "bob"}
-	if _, err := st.Replace(t.Context(), bob, nil); err != nil {
-		t.Fatal(err)
-	}
+	refresh(t, st, bob, nil)
 	clock.Advance(time.Hour)
-	if _, err := st.Replace(t.Context(), bob, nil); err != nil {
-		t.Fatal(err)
-	}
+	refresh(t, st, bob, nil)
 	infos, err := st.Generations(t.Context(), bob)
 	if err != nil || len(infos) != 2 {
 		t.Fatalf("Generations = %+v, %v", infos, err)
@@ -64,9 +70,7 @@ func TestProjectionStore_SnapshotIsTheCallersCopy(t *testing.T) {
 	st := memory.NewProjectionStore(memory.ProjectionStoreOptions{})
 	carol := projection.Subject{Type: "user", ID: "carol"}
 	grants := []projection.Grant{{ResourceType: "doc", ResourceID: "d", Mask: 1}}
-	if _, err := st.Replace(ctx, carol, grants); err != nil {
-		t.Fatal(err)
-	}
+	refresh(t, st, carol, grants)
 	grants[0].Mask = 2 // the caller's slice is not the store's
 	snap, err := st.Snapshot(ctx, carol)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // The outbox tables, created by the 0003_outbox migration.
@@ -41,8 +43,11 @@ var enqueueSQL = outboxEnqueueSQL(pgx.Identifier{OutboxTable}.Sanitize(), pgx.Id
 // duplicate keys), so it is read back equal as JSON, not byte for byte.
 // A nil id, an invalid lane or a payload that is not JSON is refused with
 // an error wrapping outbox.ErrInvalidEntry before anything is sent, so tx
-// is still usable afterwards. Any other failure is an error of a statement
-// inside tx, which PostgreSQL then refuses to continue: roll tx back.
+// is still usable afterwards. An id that an entry or a dead letter has is
+// refused with an error wrapping outbox.ErrIDInUse (a dead letter's id
+// leaves tx usable; an entry's fails the statement on the primary key).
+// Any other failure is an error of a statement inside tx, which PostgreSQL
+// then refuses to continue: roll tx back.
 //
 // # Order
 //
@@ -176,6 +181,8 @@ type outboxStatements struct {
 	requeue        string
 	deleteDone     string
 	deleteRequeued string
+	rebaseCount    string
+	rebaseMove     string
 }
 
 func newOutboxStatements(schema string) outboxStatements {
@@ -202,6 +209,8 @@ FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 		requeue:        outboxRequeueSQL(t, d),
 		deleteDone:     outboxDeleteDeliveredSQL(t),
 		deleteRequeued: outboxDeleteRequeuedSQL(d),
+		rebaseCount:    outboxRebaseSQL(t, false),
+		rebaseMove:     outboxRebaseSQL(t, true),
 	}
 }
 
@@ -254,22 +263,36 @@ ON CONFLICT (key) DO UPDATE SET value = s.value
 RETURNING key, value`
 }
 
-// outboxParkSQL moves parked entries from the quoted outbox table t to the
-// dead letters d in one statement. Parameters: $1 ids (uuid[]), $2 reasons
-// (text[]), $3/$4 the cursor the pass started from, $5/$6 the cursor it
-// settles at. Only entries between the two cursors move, as the pass saw
-// them; the caller compares the row count with the entries it asked for.
+// outboxParkSQL copies parked entries from the quoted outbox table t to
+// the dead letters d in one statement. Parameters: $1 ids (uuid[]), $2
+// reasons (text[]), $3/$4 the cursor the pass started from, $5/$6 the
+// cursor it settles at. Only entries between the two cursors are copied,
+// as the pass saw them; the caller compares the row count with the entries
+// it asked for.
+//
+// The entry stays in t, below the cursor like a delivered one, until
+// retention deletes it: its id is held by a committed row of t at every
+// moment until its dead letter is committed. An Enqueue of the same id
+// therefore meets the primary key of t (ErrIDInUse at once) or, later, the
+// dead letter, under any interleaving; had the park deleted the entry, an
+// Enqueue racing the uncommitted park would pass the dead-letter check,
+// wait on the primary key, and succeed when the park committed, leaving
+// the id in both tables.
+//
+// A dead letter that already has the id (possible only for rows written
+// around Enqueue, or by a version before parking copied) is replaced by
+// the newer entry rather than failing every settlement on the primary
+// key; the error says so.
 func outboxParkSQL(t, d string) string {
-	return `WITH moved AS (
-    DELETE FROM ` + t + ` AS o
-    USING unnest($1::uuid[], $2::text[]) AS p (id, error)
-    WHERE o.id = p.id
-      AND (o.xid, o.id) > ($3::xid8, $4::uuid)
-      AND (o.xid, o.id) <= ($5::xid8, $6::uuid)
-    RETURNING o.id, o.xid, o.lane, o.payload, p.error
-)
-INSERT INTO ` + d + ` (id, xid, lane, payload, error)
-SELECT id, xid, lane, payload, error FROM moved`
+	return `INSERT INTO ` + d + ` AS dl (id, xid, lane, payload, error)
+SELECT o.id, o.xid, o.lane, o.payload, p.error
+FROM unnest($1::uuid[], $2::text[]) AS p (id, error)
+JOIN ` + t + ` AS o ON o.id = p.id
+WHERE (o.xid, o.id) > ($3::xid8, $4::uuid)
+  AND (o.xid, o.id) <= ($5::xid8, $6::uuid)
+ON CONFLICT (id) DO UPDATE SET xid = excluded.xid, lane = excluded.lane, payload = excluded.payload,
+    error = excluded.error || ' (this replaced a dead letter with the same id, parked at ' || dl.parked_at::text || ')',
+    parked_at = now(), requeued_as = NULL, requeued_at = NULL`
 }
 
 // outboxWriteStateSQL upserts and removes state keys of the quoted state
@@ -364,7 +387,11 @@ WHERE ctid = ANY (ARRAY(
     LIMIT $2))`
 }
 
-// Scan implements outbox.Store in one statement.
+// Scan implements outbox.Store in one statement. Rows are decoded one at a
+// time as they arrive, and reading stops once the payloads taken fill the
+// byte budget (outbox.ScanHasRoom); the rows after that are discarded as
+// they are read, never held. Asking the server for the budget instead
+// would cost every scan a second conversion of each payload to text.
 func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) ([]outbox.Entry, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("baton/postgres: outbox scan: the limit is %d; it must be at least 1", limit)
@@ -373,8 +400,21 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 	if err != nil {
 		return nil, outboxError("scan", err)
 	}
-	entries, err := pgx.CollectRows(rows, scanOutboxEntry)
-	if err != nil {
+	defer rows.Close()
+	var (
+		entries []outbox.Entry
+		taken   int
+	)
+	for outbox.ScanHasRoom(taken) && rows.Next() {
+		e, err := scanOutboxEntry(rows)
+		if err != nil {
+			return nil, outboxError("scan", err)
+		}
+		entries = append(entries, e)
+		taken += len(e.Payload)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return nil, outboxError("scan", err)
 	}
 	return entries, nil
@@ -396,7 +436,8 @@ func scanOutboxEntry(row pgx.CollectableRow) (outbox.Entry, error) {
 }
 
 // Settle implements outbox.Store in one transaction: lock and read the
-// stored cursor; when it is s.From, move s.Park to the dead letters and
+// stored cursor; when it is s.From, copy s.Park to the dead letters
+// (outboxParkSQL says why they stay in the outbox below the cursor) and
 // write the state, then commit. When it is not, roll back and return
 // ErrCursorMoved; nothing was written.
 //
@@ -409,15 +450,12 @@ func scanOutboxEntry(row pgx.CollectableRow) (outbox.Entry, error) {
 // the cursor lock in one pipeline, the state write with COMMIT in another.
 // Parking adds one.
 func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
-	if st.To.Compare(st.From) < 0 {
-		return fmt.Errorf("baton/postgres: outbox settle: the new cursor (%d, %s) is before the one the pass started from (%d, %s); the cursor never goes backwards",
-			st.To.XID, st.To.ID, st.From.XID, st.From.ID)
+	if err := outbox.ValidateSettlement(st); err != nil {
+		return fmt.Errorf("baton/postgres: outbox settle: %w", err)
 	}
-	keys, values, remove := settlementState(st)
-
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return outboxError("settle: get a connection", err)
+		return settleError("get a connection", err)
 	}
 	// The pool closes a connection released inside a transaction rather
 	// than reuse it; the rollback below is the ordinary way out.
@@ -432,7 +470,19 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 			}
 		}
 	}()
+	if err := s.settle(ctx, conn.Conn(), st, true); err != nil {
+		return err
+	}
+	committed = true
+	return nil
+}
 
+// settle runs a validated settlement on conn, from BEGIN to the state
+// write, and with commit the COMMIT in the same round trip as that write.
+// Without commit the transaction is left open, every lock it took held:
+// the conformance suite's HoldSettle.
+func (s *OutboxStore) settle(ctx context.Context, conn *pgx.Conn, st outbox.Settlement, commit bool) error {
+	keys, values, remove := settlementState(st)
 	// Read committed: each statement sees what committed before it
 	// started, so the cursor read under the lock is the latest.
 	zeroXID, zeroID := outbox.CursorState(outbox.Cursor{})
@@ -459,7 +509,7 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 		tag, err := conn.Exec(ctx, s.sql.park, ids, reasons,
 			st.From.XID, [16]byte(st.From.ID), st.To.XID, [16]byte(st.To.ID))
 		if err != nil {
-			return outboxError("settle: park", err)
+			return settleError("park", err)
 		}
 		if n := tag.RowsAffected(); n != int64(len(ids)) {
 			return fmt.Errorf("baton/postgres: outbox settle: %d of the %d entries to park are in the outbox between the two cursors; a parked entry must be one the pass scanned, once; nothing was written",
@@ -469,23 +519,21 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 
 	batch = &pgx.Batch{}
 	batch.Queue(s.sql.writeState, keys, values, remove)
-	batch.Queue("COMMIT")
-	if err := writeAndCommit(conn.SendBatch(ctx, batch)); err != nil {
-		return err
+	if commit {
+		batch.Queue("COMMIT")
 	}
-	committed = true
-	return nil
+	return writeAndCommit(conn.SendBatch(ctx, batch), commit)
 }
 
 // readLockedCursor reads the results of BEGIN and the cursor lock.
 func readLockedCursor(res pgx.BatchResults) (outbox.Cursor, error) {
 	defer res.Close()
 	if _, err := res.Exec(); err != nil {
-		return outbox.Cursor{}, outboxError("settle: begin", err)
+		return outbox.Cursor{}, settleError("begin", err)
 	}
 	rows, err := res.Query()
 	if err != nil {
-		return outbox.Cursor{}, outboxError("settle: lock the cursor", err)
+		return outbox.Cursor{}, settleError("lock the cursor", err)
 	}
 	stored := make(map[string]string, 2)
 	var (
@@ -498,10 +546,10 @@ func readLockedCursor(res pgx.BatchResults) (outbox.Cursor, error) {
 		}
 		return nil
 	}); err != nil {
-		return outbox.Cursor{}, outboxError("settle: lock the cursor", err)
+		return outbox.Cursor{}, settleError("lock the cursor", err)
 	}
 	if err := res.Close(); err != nil {
-		return outbox.Cursor{}, outboxError("settle: lock the cursor", err)
+		return outbox.Cursor{}, settleError("lock the cursor", err)
 	}
 	cur, err := outbox.CursorFromState(stored)
 	if err != nil {
@@ -510,21 +558,25 @@ func readLockedCursor(res pgx.BatchResults) (outbox.Cursor, error) {
 	return cur, nil
 }
 
-// writeAndCommit reads the results of the state write and COMMIT.
-func writeAndCommit(res pgx.BatchResults) error {
+// writeAndCommit reads the results of the state write and, with commit,
+// COMMIT.
+func writeAndCommit(res pgx.BatchResults, commit bool) error {
 	defer res.Close()
 	if _, err := res.Exec(); err != nil {
-		return outboxError("settle: write state", err)
+		return settleError("write state", err)
+	}
+	if !commit {
+		return res.Close()
 	}
 	tag, err := res.Exec()
 	if err != nil {
-		return outboxError("settle: commit", err)
+		return settleError("commit", err)
 	}
 	if tag.String() != "COMMIT" { // PostgreSQL answers ROLLBACK to the COMMIT of a failed transaction
 		return fmt.Errorf("baton/postgres: outbox settle: commit: the transaction was rolled back (%s)", tag)
 	}
 	if err := res.Close(); err != nil {
-		return outboxError("settle: commit", err)
+		return settleError("commit", err)
 	}
 	return nil
 }
@@ -564,6 +616,15 @@ func (s *OutboxStore) State(ctx context.Context) (map[string]string, error) {
 		return nil, outboxError("state", err)
 	}
 	return state, nil
+}
+
+// NextXID implements outbox.Store in one statement.
+func (s *OutboxStore) NextXID(ctx context.Context) (uint64, error) {
+	var next string
+	if err := s.pool.QueryRow(ctx, pgrules.NextXIDSQL).Scan(&next); err != nil {
+		return 0, outboxError("read the transaction counter", err)
+	}
+	return strconv.ParseUint(next, 10, 64)
 }
 
 // ListDead implements outbox.Store in one statement. A page that comes back
@@ -673,8 +734,9 @@ func (s *OutboxStore) Requeue(ctx context.Context, id, newID outbox.ID) error {
 		return fmt.Errorf("baton/postgres: outbox %s: requeued before as %s: %w", op, outbox.ID(requeued.Bytes), outbox.ErrAlreadyRequeued)
 	}
 	if deadID {
-		// The outbox's primary key cannot see it: dead letters left it.
-		// An entry under a dead letter's id could never be parked.
+		// The outbox's primary key cannot see it once retention deleted the
+		// parked entry. An entry under a dead letter's id would be taken
+		// for a repeat of it.
 		return fmt.Errorf("baton/postgres: outbox %s: the new id %s is a dead letter's id; use a fresh outbox.NewID()", op, newID)
 	}
 	tag, err := tx.Exec(ctx, s.sql.requeue, [16]byte(id), [16]byte(newID))
@@ -724,10 +786,20 @@ func checkRetention(op string, window time.Duration, limit int) error {
 
 // outboxError is the one place where the outbox's driver errors are
 // mapped: a missing table or column wraps ErrSchemaMismatch, no row wraps
-// outbox.ErrNotFound, an entry the database refuses wraps
+// outbox.ErrNotFound, a value the database refuses wraps
 // outbox.ErrInvalidEntry, and context errors stay recognizable with
 // errors.Is.
-func outboxError(op string, err error) error {
+func outboxError(op string, err error) error { return mapOutboxError(op, err, outbox.ErrInvalidEntry) }
+
+// settleError is outboxError for the statements of a settlement, where a
+// value the database refuses is a reason or a state value, never an entry:
+// it wraps outbox.ErrInvalidSettlement.
+func settleError(op string, err error) error {
+	return mapOutboxError("settle: "+op, err, outbox.ErrInvalidSettlement)
+}
+
+// mapOutboxError maps err; refused is the sentinel of a refused value.
+func mapOutboxError(op string, err error, refused error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("baton/postgres: outbox %s: %w", op, outbox.ErrNotFound)
 	}
@@ -740,10 +812,10 @@ func outboxError(op string, err error) error {
 		case "23514", "22P02", "22P05", "22021":
 			// check_violation (the lane's length), invalid_text_representation
 			// (not JSON), untranslatable_character (\u0000 in jsonb),
-			// character_not_in_repertoire (not UTF-8).
-			return fmt.Errorf("baton/postgres: outbox %s: %w: the database refused it: %w", op, outbox.ErrInvalidEntry, err)
-		case "23505": // unique_violation
-			return fmt.Errorf("baton/postgres: outbox %s: the id is already taken by another entry or dead letter: %w", op, err)
+			// character_not_in_repertoire (not UTF-8, or a NUL byte).
+			return fmt.Errorf("baton/postgres: outbox %s: %w: the database refused it: %w", op, refused, err)
+		case "23505": // unique_violation: an entry has the id already
+			return fmt.Errorf("baton/postgres: outbox %s: %w: an entry has it already: %w", op, outbox.ErrIDInUse, err)
 		}
 	}
 	return fmt.Errorf("baton/postgres: outbox %s: %w", op, err)

@@ -61,12 +61,59 @@ func TestOutboxStore_Conformance(t *testing.T) {
 	conformance.RunOutboxStore(t, func(t *testing.T) conformance.OutboxHarness {
 		env := testenv.Postgres(t)
 		mustMigrate(t, testContext(t), env.Pool, MigrateOptions{})
+		st := mustOutboxStore(t, env.Pool, OutboxStoreOptions{})
 		return conformance.OutboxHarness{
-			Store:    mustOutboxStore(t, env.Pool, OutboxStoreOptions{}),
-			Producer: pgxOutboxProducer(env.Pool, Enqueue),
+			Store:      st,
+			Producer:   pgxOutboxProducer(env.Pool, Enqueue),
+			HoldSettle: holdSettle(st, env.Pool),
 		}
 	}, conformance.OutboxFeatures{})
 }
+
+// holdSettle runs the store's own settlement up to its commit on a
+// connection of its own, and reports producers waiting on that backend.
+func holdSettle(st *OutboxStore, pool *pgxpool.Pool) func(context.Context, outbox.Settlement) (conformance.HeldSettlement, error) {
+	return func(ctx context.Context, s outbox.Settlement) (conformance.HeldSettlement, error) {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		h := &heldSettlement{pool: pool, conn: conn}
+		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&h.pid); err != nil {
+			conn.Release()
+			return nil, err
+		}
+		if err := st.settle(ctx, conn.Conn(), s, false); err != nil {
+			h.Rollback(ctx)
+			return nil, err
+		}
+		return h, nil
+	}
+}
+
+type heldSettlement struct {
+	pool *pgxpool.Pool
+	conn *pgxpool.Conn
+	pid  uint32
+}
+
+func (h *heldSettlement) Blocking(ctx context.Context) (bool, error) {
+	var blocking bool
+	err := h.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", h.pid).Scan(&blocking)
+	return blocking, err
+}
+
+func (h *heldSettlement) end(ctx context.Context, how string) error {
+	if h.conn == nil {
+		return nil
+	}
+	defer func() { h.conn.Release(); h.conn = nil }()
+	_, err := h.conn.Exec(ctx, how)
+	return err
+}
+
+func (h *heldSettlement) Commit(ctx context.Context) error   { return h.end(ctx, "COMMIT") }
+func (h *heldSettlement) Rollback(ctx context.Context) error { return h.end(ctx, "ROLLBACK") }
 
 // awaitOutbox scans from after until at least n entries are visible (the
 // horizon is cluster-wide: another test's open transaction holds it back
@@ -461,8 +508,9 @@ func TestOutboxStore_WorksInASchemaNeedingQuotes(t *testing.T) {
 	if got := awaitOutbox(t, ctx, st, second.Cursor(), 1); got[0].ID != newID {
 		t.Fatalf("after Requeue the walk has %s, want %s", got[0].ID, newID)
 	}
-	if n, err := st.DeleteDelivered(ctx, second.Cursor(), 0, 10); err != nil || n != 1 {
-		t.Errorf("DeleteDelivered = %d, %v; want 1", n, err)
+	// The delivered entry and the parked one, which stayed below the cursor.
+	if n, err := st.DeleteDelivered(ctx, second.Cursor(), 0, 10); err != nil || n != 2 {
+		t.Errorf("DeleteDelivered = %d, %v; want 2", n, err)
 	}
 	if n, err := st.DeleteRequeued(ctx, 0, 10); err != nil || n != 1 {
 		t.Errorf("DeleteRequeued = %d, %v; want 1", n, err)
@@ -579,6 +627,25 @@ func TestOutboxStore_TableRefusesLanesOutOfRange(t *testing.T) {
 	}
 }
 
+// A reason the database cannot store (SQLSTATE 22021) in a settlement's
+// statement is a refused settlement, not a refused entry: the entry was
+// written long before.
+func TestOutboxStore_SettlementValuesTheDatabaseRefusesAreInvalidSettlements(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	st := mustOutboxStore(t, env.Pool, OutboxStoreOptions{})
+	_, err := env.Pool.Exec(ctx, st.sql.writeState, []string{outbox.KeyLastError}, []string{"a\x00b"}, []string{})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "22021" {
+		t.Fatalf("writing a NUL byte into a state value: err = %v, want SQLSTATE 22021", err)
+	}
+	mapped := settleError("write state", err)
+	if !errors.Is(mapped, outbox.ErrInvalidSettlement) || errors.Is(mapped, outbox.ErrInvalidEntry) {
+		t.Errorf("settleError(%v) = %v, want one wrapping outbox.ErrInvalidSettlement and not outbox.ErrInvalidEntry", err, mapped)
+	}
+}
+
 func TestOutboxStore_ContextErrorsStayRecognizable(t *testing.T) {
 	env := testenv.Postgres(t)
 	mustMigrate(t, testContext(t), env.Pool, MigrateOptions{})
@@ -649,8 +716,8 @@ func TestOutboxStore_ListDeadAfterAVanishedDeadLetterIsNotFound(t *testing.T) {
 }
 
 // TestOutboxStore_RequeueRefusesADeadLettersID covers the case the outbox's
-// primary key cannot: the new id of a dead letter's own id (it left the
-// outbox when it was parked).
+// primary key cannot: the new id of a dead letter's own id, once retention
+// deleted the parked entry from the outbox.
 func TestOutboxStore_RequeueRefusesADeadLettersID(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
@@ -951,4 +1018,36 @@ FROM generate_series(1, 100000) AS g`)
 	if !slices.Contains(problems, "a Seq Scan on "+OutboxTable) || !slices.Contains(problems, "no scan of baton_outbox_walk") {
 		t.Errorf("with index scans disabled the plan check found only %q", problems)
 	}
+}
+
+// A settlement never fails on a conflict it can foresee: an entry written
+// around Enqueue (or by an older version, before parking copied) may carry
+// the id of a dead letter. Parking it replaces that dead letter instead of
+// failing every settlement on the dead letters' primary key.
+func TestOutboxStore_ParkingAnEntryWithADeadLettersIDReplacesItInsteadOfFailing(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	st := mustOutboxStore(t, env.Pool, OutboxStoreOptions{})
+	id := outbox.NewID()
+	if _, err := env.Pool.Exec(ctx, `INSERT INTO baton_outbox_dead (id, xid, lane, payload, error) VALUES ($1, '1', 'old', '{"v": 1}', 'first')`, [16]byte(id)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(ctx, `INSERT INTO baton_outbox (id, lane, payload) VALUES ($1, 'new', '{"v": 2}')`, [16]byte(id)); err != nil {
+		t.Fatal(err)
+	}
+	es := awaitOutbox(t, ctx, st, outbox.Cursor{}, 1)
+	err := st.Settle(ctx, outbox.Settlement{To: es[0].Cursor(), Park: []outbox.Parked{{Entry: es[0], Reason: "second"}}})
+	if err != nil {
+		t.Fatalf("parking an entry whose id has a dead letter: %v; the settlement must not fail on it", err)
+	}
+	d, err := st.GetDead(ctx, id)
+	if err != nil || d.Lane != "new" || !strings.HasPrefix(d.Error, "second (this replaced a dead letter") || !samePayloadJSON(d.Payload, `{"v": 2}`) {
+		t.Fatalf("the dead letter is %+v, %v; want the newer entry, its error saying what it replaced", d, err)
+	}
+}
+
+func samePayloadJSON(got []byte, want string) bool {
+	var a, b any
+	return json.Unmarshal(got, &a) == nil && json.Unmarshal([]byte(want), &b) == nil && fmt.Sprint(a) == fmt.Sprint(b)
 }

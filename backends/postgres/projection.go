@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +21,11 @@ import (
 const (
 	ProjectionHeaderTable = "baton_projection_header"
 	ProjectionDetailTable = "baton_projection_detail"
+	// ProjectionGenerationSequence numbers the generations; Reserve draws
+	// from it. It is an ordinary, logged sequence (numbers never repeat)
+	// with the default cache of 1, so a number drawn later on any session
+	// is larger.
+	ProjectionGenerationSequence = "baton_projection_generation"
 )
 
 // ProjectionStoreOptions configure a ProjectionStore. The zero value uses
@@ -47,23 +53,27 @@ func (o *ProjectionStoreOptions) validate() error {
 // ProjectionStore is the projection.Store over baton_projection_header and
 // baton_projection_detail. Create it with NewProjectionStore.
 //
-// Replace runs one transaction: it inserts the generation's header row
-// (inactive), copies the detail rows in with COPY, then, holding a
-// transaction-scoped advisory lock keyed by the subject, moves active from
-// the previous generation to the new one and commits. The lock is the only
+// Reserve is one nextval of baton_projection_generation. Replace runs one
+// READ COMMITTED transaction, whatever the server's
+// default_transaction_isolation: it inserts the generation's header row
+// (inactive) under the reserved number, copies the detail rows in with
+// COPY, then, holding a transaction-scoped advisory lock keyed by the
+// subject, demotes the active generation if it is older and promotes the new
+// one if no newer one is active, and commits. The lock is the only
 // contended one and is held for the last two statements only; it orders
-// concurrent flips of one subject (from any node), so each demotes the
-// generation the previous one promoted and the last to commit stays
-// active. Until the commit nothing of the new generation is visible; after
-// it, all of it is.
+// concurrent flips of one subject (from any node), and because each
+// statement after it reads what committed before it, each flip sees the
+// generation the previous one promoted. A newer active generation makes
+// Replace roll back with ErrStale. Until the commit nothing of the new
+// generation is visible; after it, all of it is.
 //
 // Every read is one statement, so one snapshot: it sees the active
 // generation of before or after a flip, never a mix. Point reads go through
 // the partial unique index of active headers and the detail primary key.
 //
-// Sweep is one statement that takes no lock of its own: it deletes the
-// superseded headers it can lock without waiting (FOR UPDATE SKIP LOCKED)
-// and their detail rows. Concurrent sweeps divide the work between them,
+// Sweep is one statement, in a READ COMMITTED transaction of its own, that
+// takes no lock of its own: it deletes the superseded headers it can lock
+// without waiting (FOR UPDATE SKIP LOCKED) and their detail rows. Concurrent sweeps divide the work between them,
 // and every superseded generation is deleted once.
 //
 // Everything works through any pooler, PgBouncer's transaction mode
@@ -74,7 +84,9 @@ type ProjectionStore struct {
 
 	detailTable pgx.Identifier
 	lockPrefix  string // of every advisory lock key: the header table, quoted
+	sequence    string // the generation sequence, quoted
 
+	reserveSQL      string
 	insertHeaderSQL string
 	lockSQL         string
 	demoteSQL       string
@@ -98,23 +110,30 @@ func NewProjectionStore(pool *pgxpool.Pool, opts ProjectionStoreOptions) (*Proje
 		return nil, err
 	}
 	header, detail := pgx.Identifier{ProjectionHeaderTable}, pgx.Identifier{ProjectionDetailTable}
+	sequence := pgx.Identifier{ProjectionGenerationSequence}
 	if opts.Schema != "" {
 		header, detail = pgx.Identifier{opts.Schema, ProjectionHeaderTable}, pgx.Identifier{opts.Schema, ProjectionDetailTable}
+		sequence = pgx.Identifier{opts.Schema, ProjectionGenerationSequence}
 	}
-	h, d := header.Sanitize(), detail.Sanitize()
+	h, d, q := header.Sanitize(), detail.Sanitize(), sequence.Sanitize()
 	return &ProjectionStore{
-		pool:            pool,
-		opts:            opts,
-		detailTable:     detail,
-		lockPrefix:      h,
-		insertHeaderSQL: `INSERT INTO ` + h + ` (subject_type, subject_id) VALUES ($1, $2) RETURNING generation`,
-		lockSQL:         `SELECT pg_advisory_xact_lock($1)`,
-		demoteSQL:       `UPDATE ` + h + ` SET active = false WHERE subject_type = $1 AND subject_id = $2 AND active`,
-		promoteSQL:      `UPDATE ` + h + ` SET active = true WHERE generation = $1`,
-		maskSQL:         projectionMaskSQL(h, d),
-		snapshotSQL:     projectionSnapshotSQL(h, d),
-		generationsSQL:  `SELECT generation, active, created_at FROM ` + h + ` WHERE subject_type = $1 AND subject_id = $2 ORDER BY generation`,
-		sweepSQL:        projectionSweepSQL(h, d),
+		pool:        pool,
+		opts:        opts,
+		detailTable: detail,
+		lockPrefix:  h,
+		sequence:    q,
+		reserveSQL:  `SELECT nextval($1::regclass)`,
+		// Only a number the sequence has handed out: one from the
+		// future would make every later refresh of the subject stale.
+		insertHeaderSQL: `INSERT INTO ` + h + ` (generation, subject_type, subject_id)
+SELECT $3::bigint, $1::text, $2::text FROM ` + q + ` WHERE is_called AND $3::bigint <= last_value`,
+		lockSQL:        `SELECT pg_advisory_xact_lock($1)`,
+		demoteSQL:      `UPDATE ` + h + ` SET active = false WHERE subject_type = $1 AND subject_id = $2 AND active AND generation < $3`,
+		promoteSQL:     `UPDATE ` + h + ` SET active = true WHERE generation = $3 AND NOT EXISTS (SELECT FROM ` + h + ` AS a WHERE a.subject_type = $1 AND a.subject_id = $2 AND a.active)`,
+		maskSQL:        projectionMaskSQL(h, d),
+		snapshotSQL:    projectionSnapshotSQL(h, d),
+		generationsSQL: `SELECT generation, active, created_at FROM ` + h + ` WHERE subject_type = $1 AND subject_id = $2 ORDER BY generation`,
+		sweepSQL:       projectionSweepSQL(h, d),
 	}, nil
 }
 
@@ -169,57 +188,83 @@ func (s *ProjectionStore) projectionLockKey(subject projection.Subject) int64 {
 	return pgrules.ProjectionLockKey(s.lockPrefix, subject.Type, subject.ID)
 }
 
-// Replace implements projection.Store. Bad input sends nothing.
-func (s *ProjectionStore) Replace(ctx context.Context, subject projection.Subject, grants []projection.Grant) (projection.Generation, error) {
+// Reserve implements projection.Store: one nextval of the generation
+// sequence.
+func (s *ProjectionStore) Reserve(ctx context.Context) (projection.Generation, error) {
+	var gen int64
+	if err := s.pool.QueryRow(ctx, s.reserveSQL, s.sequence).Scan(&gen); err != nil {
+		return 0, projectionError("reserve a generation", err)
+	}
+	return projection.Generation(gen), nil
+}
+
+// Replace implements projection.Store. Bad input sends nothing; a
+// generation the sequence never handed out, one already written, or a
+// stale one is rolled back.
+func (s *ProjectionStore) Replace(ctx context.Context, subject projection.Subject, generation projection.Generation, grants []projection.Grant) error {
 	if err := subject.Validate(); err != nil {
-		return 0, err
+		return err
 	}
 	if err := projection.ValidateGrants(grants); err != nil {
-		return 0, err
+		return err
 	}
+	if generation == 0 || generation > math.MaxInt64 {
+		return fmt.Errorf("baton/postgres: projection replace: %w: %d is not a generation the sequence hands out; use one from Reserve", projection.ErrInvalidGeneration, generation)
+	}
+	gen := int64(generation)
 	started := time.Now()
-	tx, err := s.pool.Begin(ctx)
+	// READ COMMITTED whatever the server's default: the flip's statements
+	// must each see the flips committed before the subject's lock was
+	// granted, which a transaction-wide snapshot would hide.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return 0, projectionError("replace: begin", err)
+		return projectionError("replace: begin", err)
 	}
 	// A no-op after Commit; otherwise nothing of the generation remains.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
-	var gen int64
-	if err := tx.QueryRow(ctx, s.insertHeaderSQL, subject.Type, subject.ID).Scan(&gen); err != nil {
-		return 0, projectionError("replace: insert the header", err)
+	inserted, err := tx.Exec(ctx, s.insertHeaderSQL, subject.Type, subject.ID, gen)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation: the primary key
+		return fmt.Errorf("baton/postgres: projection replace: %w: generation %d is already written", projection.ErrInvalidGeneration, gen)
+	case err != nil:
+		return projectionError("replace: insert the header", err)
+	case inserted.RowsAffected() != 1:
+		return fmt.Errorf("baton/postgres: projection replace: %w: generation %d was never reserved (%s has not handed it out)",
+			projection.ErrInvalidGeneration, gen, ProjectionGenerationSequence)
 	}
 	if len(grants) > 0 {
 		n, err := tx.CopyFrom(ctx, s.detailTable, []string{"generation", "resource_type", "resource_id", "mask"}, newDetailRows(gen, grants))
 		if err != nil {
-			return 0, projectionError("replace: copy the grants", err)
+			return projectionError("replace: copy the grants", err)
 		}
 		if n != int64(len(grants)) {
-			return 0, fmt.Errorf("baton/postgres: projection replace: copied %d of %d grants", n, len(grants))
+			return fmt.Errorf("baton/postgres: projection replace: copied %d of %d grants", n, len(grants))
 		}
 	}
 	// The flip: one round trip for the lock and both updates.
 	b := &pgx.Batch{}
 	b.Queue(s.lockSQL, s.projectionLockKey(subject))
-	b.Queue(s.demoteSQL, subject.Type, subject.ID)
-	b.Queue(s.promoteSQL, gen)
+	b.Queue(s.demoteSQL, subject.Type, subject.ID, gen)
+	b.Queue(s.promoteSQL, subject.Type, subject.ID, gen)
 	br := tx.SendBatch(ctx, b)
 	_, lockErr := br.Exec()
 	_, demoteErr := br.Exec()
 	promoted, promoteErr := br.Exec()
 	closeErr := br.Close()
 	if err := errors.Join(lockErr, demoteErr, promoteErr, closeErr); err != nil {
-		return 0, projectionError("replace: flip", err)
+		return projectionError("replace: flip", err)
 	}
 	if promoted.RowsAffected() != 1 {
-		return 0, fmt.Errorf("baton/postgres: projection replace: generation %d was not promoted (%d rows)", gen, promoted.RowsAffected())
+		return fmt.Errorf("baton/postgres: projection replace: %w: %s has a generation reserved after %d active", projection.ErrStale, subject, gen)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, projectionError("replace: commit", err)
+		return projectionError("replace: commit", err)
 	}
 	s.opts.Logger.DebugContext(ctx, "baton: projection replaced",
 		"subject", subject.String(), "generation", gen, "grants", len(grants), "took", time.Since(started))
-	return projection.Generation(gen), nil
+	return nil
 }
 
 // detailRows feeds a generation's grants to COPY, converting each mask to
@@ -337,7 +382,14 @@ func (s *ProjectionStore) Generations(ctx context.Context, subject projection.Su
 // Sweep implements projection.Store in one statement.
 func (s *ProjectionStore) Sweep(ctx context.Context) (int, error) {
 	var n int64
-	if err := s.pool.QueryRow(ctx, s.sweepSQL).Scan(&n); err != nil {
+	// READ COMMITTED whatever the server's default, like Replace: under
+	// REPEATABLE READ, a candidate another sweep deleted after this
+	// statement's snapshot is a serialization failure instead of a row to
+	// skip.
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.sweepSQL).Scan(&n)
+	})
+	if err != nil {
 		return 0, projectionError("sweep", err)
 	}
 	if n > 0 {

@@ -446,6 +446,7 @@ func TestVerifySchemaOnAnEmptySchemaNamesEveryTableAsMissing(t *testing.T) {
 	for _, ts := range expectedShape {
 		want = append(want, "table "+ts.Name+" is missing")
 	}
+	want = append(want, "sequence "+ProjectionGenerationSequence+" is missing")
 	if !slices.Equal(problems, want) {
 		t.Errorf("problems = %q, want %q", problems, want)
 	}
@@ -458,8 +459,8 @@ func TestVerifySchemaOnAMissingSchemaSaysSoAndNamesEveryTable(t *testing.T) {
 
 	problems := schemaProblems(t, VerifySchema(ctx, env.Pool, VerifyOptions{Schema: schema}))
 
-	if len(problems) != 1+len(expectedShape) || !strings.Contains(problems[0], "does not exist") {
-		t.Errorf("problems = %q, want the schema and every table named", problems)
+	if len(problems) != 1+len(expectedShape)+1 || !strings.Contains(problems[0], "does not exist") {
+		t.Errorf("problems = %q, want the schema, every table and the sequence named", problems)
 	}
 	if schemaExists(t, ctx, env, schema) {
 		t.Error("VerifySchema created the schema")

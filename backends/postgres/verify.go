@@ -51,7 +51,8 @@ type VerifyOptions struct {
 // VerifySchema checks, read-only, that baton's tables in the schema have the
 // shape this binary expects: every table, column (type and nullability) and
 // index (key columns, uniqueness, and the predicate of a partial index) from
-// the expected-shape description. It returns nil, a *SchemaError listing
+// the expected-shape description, and the projection generation sequence,
+// which must not cache numbers per session. It returns nil, a *SchemaError listing
 // every difference at once (so one look fixes them all), or another error
 // when the catalog could not be read.
 //
@@ -112,6 +113,13 @@ func verifySchema(ctx context.Context, tx pgx.Tx, schema string) ([]string, erro
 		return nil, err
 	}
 	problems = append(problems, compareShapes(expectedShape, actual)...)
+	seq, err := sequenceProblem(ctx, tx, schema)
+	if err != nil {
+		return nil, err
+	}
+	if seq != "" {
+		problems = append(problems, seq)
+	}
 
 	version, recorded, err := recordedVersion(ctx, tx, schema)
 	if err != nil {
@@ -121,6 +129,29 @@ func verifySchema(ctx context.Context, tx pgx.Tx, schema string) ([]string, erro
 		problems = append(problems, fmt.Sprintf("%s records migration version %d, want %d", migrationsTable, version, latestVersion))
 	}
 	return problems, nil
+}
+
+// sequenceProblem describes what is wrong with the generation sequence, or
+// returns "". Projection refreshes are ordered by it, which holds only
+// while every session draws from it directly: a cache above 1 hands each
+// session a block of its own, and a number drawn later could be smaller.
+func sequenceProblem(ctx context.Context, tx pgx.Tx, schema string) (string, error) {
+	const q = `SELECT s.seqcache FROM pg_catalog.pg_sequence s
+JOIN pg_catalog.pg_class c ON c.oid = s.seqrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2`
+	var cache int64
+	err := tx.QueryRow(ctx, q, schema, ProjectionGenerationSequence).Scan(&cache)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Sprintf("sequence %s is missing", ProjectionGenerationSequence), nil
+	case err != nil:
+		return "", fmt.Errorf("read sequence %s: %w", ProjectionGenerationSequence, err)
+	case cache != 1:
+		return fmt.Sprintf("sequence %s caches %d numbers per session, want 1 (projection refreshes are ordered by the numbers it hands out)",
+			ProjectionGenerationSequence, cache), nil
+	}
+	return "", nil
 }
 
 // recordedVersion returns the highest version in the schema's version table,

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/baton-go/baton/internal/printable"
 )
 
 // Exit statuses.
@@ -44,7 +46,16 @@ func oneLine(s string) string {
 // run is the whole command line, testable: it parses args, runs the command
 // with ctx and returns the exit status. Nothing writes to os.Stdout or
 // os.Stderr directly.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+//
+// Both go through printable.Writer: what the commands print comes partly
+// from the database (a dead letter's error quotes an engine's answer, a
+// lease row names its holder), and no control character in it may reach
+// the operator's terminal. Only the demo's own progress line writes escape
+// sequences, to the writer underneath.
+func run(ctx context.Context, args []string, rawStdout, rawStderr io.Writer) int {
+	stdout, stderr := printable.NewWriter(rawStdout), printable.NewWriter(rawStderr)
+	defer stderr.Flush()
+	defer stdout.Flush()
 	accepted := false // set once flags and arguments passed cobra's checks
 	root := newRootCommand(stdout, stderr, &accepted)
 	root.SetArgs(args)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,9 +58,9 @@ func openPool(ctx context.Context, flagURL, flagName string) (*pgxpool.Pool, err
 	if url == "" {
 		return nil, usagef("no database given: pass %s URL or set %s", flagName, envDatabaseURL)
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := parseConnString(url, source)
 	if err != nil {
-		return nil, usagef("%s: not a valid PostgreSQL URL: %v", source, err)
+		return nil, err
 	}
 	if cfg.ConnConfig.RuntimeParams == nil {
 		cfg.ConnConfig.RuntimeParams = map[string]string{}
@@ -69,7 +70,7 @@ func openPool(ctx context.Context, flagURL, flagName string) (*pgxpool.Pool, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, usagef("%s: %v", source, err)
+		return nil, usagef("%s: %v", source, redact(err, url, cfg.ConnConfig.Password))
 	}
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
@@ -79,9 +80,50 @@ func openPool(ctx context.Context, flagURL, flagName string) (*pgxpool.Pool, err
 			return nil, errInterrupted
 		}
 		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s:%d (database %q): %w",
-			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, redact(err, url, cfg.ConnConfig.Password))
 	}
 	return pool, nil
+}
+
+// parseConnString parses a PostgreSQL connection string, a URL or
+// keyword/value pairs. A bad one is a usage error that shows neither the
+// string nor the driver's message about it: both may hold the password,
+// and pgx masks it in some spellings only ("password = x", with spaces,
+// passes its redaction).
+func parseConnString(conn, source string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(conn)
+	if err != nil {
+		return nil, usagef("%s: not a valid PostgreSQL connection string; want a URL such as "+
+			"postgres://user@host:5432/db or keywords such as \"host=db port=5432 dbname=app\" "+
+			"(the value and the parser's message are not shown: they may hold a password)", source)
+	}
+	return cfg, nil
+}
+
+// redactedError is an error whose message has the connection string and
+// the password taken out; errors.Is and errors.As still see the original.
+type redactedError struct {
+	err error
+	msg string
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redact hides every non-empty secret in err's message. Driver errors are
+// not known to quote the connection string or the password, but a message
+// that did would reach the operator's terminal and their logs.
+func redact(err error, secrets ...string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	return &redactedError{err: err, msg: msg}
 }
 
 // open connects and resolves the schema: --schema, or the connection's

@@ -357,9 +357,9 @@ func (b *postgresBackend) Setup(ctx context.Context) error {
 func (b *postgresBackend) appName(name string) string { return "baton-demo-" + b.tag + "-" + name }
 
 func (b *postgresBackend) Instance(ctx context.Context, name string) (*instanceDeps, error) {
-	cfg, err := pgxpool.ParseConfig(b.url)
+	cfg, err := parseConnString(b.url, "--postgres")
 	if err != nil {
-		return nil, usagef("--postgres: not a valid PostgreSQL URL: %v", err)
+		return nil, err
 	}
 	if cfg.ConnConfig.RuntimeParams == nil {
 		cfg.ConnConfig.RuntimeParams = map[string]string{}
@@ -369,7 +369,7 @@ func (b *postgresBackend) Instance(ctx context.Context, name string) (*instanceD
 	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, redact(err, b.url, cfg.ConnConfig.Password)
 	}
 	deps := &instanceDeps{
 		Begin: func(ctx context.Context) (profileTx, error) {

@@ -64,14 +64,22 @@ the demo cleanly.`,
 				}
 			}
 			if pgURL != "" && !strings.Contains(pgURL, "://") && !strings.Contains(pgURL, "=") {
-				return usagef("--postgres %q: want a URL such as postgres://user@host:5432/db", pgURL)
+				// The value is not shown: it may be a password pasted in the wrong place.
+				return usagef("--postgres: want a URL such as postgres://user@host:5432/db, or keywords such as \"host=db dbname=app\"")
 			}
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			opts := demoOptions{Postgres: pgURL, Redis: redisAddr, Keep: keep, Seed: seed}
 			if asJSON {
 				opts.Out = stderr // the narrative; the result goes to stdout
 			} else {
-				opts.Out, opts.TTY = stdout, isTerminal(stdout)
+				// On a terminal the progress line is redrawn with escape
+				// sequences of the demo's own: the ui writes to the terminal
+				// itself and neutralises the text it is given.
+				if raw := unwrapWriter(stdout); isTerminal(raw) {
+					opts.Out, opts.TTY = raw, true
+				} else {
+					opts.Out = stdout
+				}
 			}
 			if verbose {
 				opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

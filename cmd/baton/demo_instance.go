@@ -154,7 +154,10 @@ func (in *instance) wire() error {
 			id := r.PathValue("id")
 			return id, id != ""
 		},
-		holder.Options{Transport: d.proxyTransport, Self: addr, RetryAfter: time.Second, Logger: d.logger.With("instance", in.name)},
+		// The demo's instances all listen on 127.0.0.1: loopback must be
+		// named to be a peer.
+		holder.Options{Peers: []string{"127.0.0.1"}, Transport: d.proxyTransport, Self: addr, RetryAfter: time.Second,
+			Logger: d.logger.With("instance", in.name)},
 		"/profiles/")
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/baton-go/baton/internal/printable"
 )
 
 // isTerminal reports whether w is a terminal, where the progress line is
@@ -16,6 +18,14 @@ import (
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// unwrapWriter returns the writer under a printable.Writer, or w.
+func unwrapWriter(w io.Writer) io.Writer {
+	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
+		return u.Unwrap()
+	}
+	return w
 }
 
 // ui prints the demo's narrative. On a terminal a status line stays at the
@@ -42,7 +52,7 @@ func (u *ui) logf(format string, args ...any) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.clearLocked()
-	fmt.Fprintf(u.w, "%s %s\n", u.elapsed(), fmt.Sprintf(format, args...))
+	fmt.Fprintf(u.w, "%s %s\n", u.elapsed(), printable.Text(fmt.Sprintf(format, args...)))
 	u.drawLocked()
 }
 
@@ -51,7 +61,7 @@ func (u *ui) textf(format string, args ...any) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.clearLocked()
-	fmt.Fprintf(u.w, format, args...)
+	fmt.Fprint(u.w, printable.Text(fmt.Sprintf(format, args...)))
 	u.drawLocked()
 }
 
@@ -59,6 +69,7 @@ func (u *ui) textf(format string, args ...any) {
 func (u *ui) progress(s string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	s = printable.Line(s)
 	if !u.tty {
 		fmt.Fprintf(u.w, "%s   · %s\n", u.elapsed(), s)
 		return

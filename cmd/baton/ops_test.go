@@ -322,7 +322,7 @@ func TestOperatorErrors(t *testing.T) {
 		want string
 	}{
 		{"no database", []string{"outbox", "status"}, exitUsage, "pass --postgres URL or set " + envDatabaseURL},
-		{"bad URL", []string{"leases", "--postgres", "postgres://h:notaport/db"}, exitUsage, "--postgres: not a valid PostgreSQL URL"},
+		{"bad URL", []string{"leases", "--postgres", "postgres://h:notaport/db"}, exitUsage, "--postgres: not a valid PostgreSQL connection string"},
 		{"unreachable", []string{"leases", "--postgres", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2"}, exitFailure, "cannot connect to PostgreSQL"},
 		{"missing schema", []string{"outbox", "status", "--postgres", env.URL, "--schema", "no_such_schema_here"}, exitUsage, `schema "no_such_schema_here" does not exist`},
 		{"tables missing", []string{"outbox", "status", "--postgres", empty.URL}, exitUsage, "has no baton_outbox table; create baton's tables with: baton migrate"},

@@ -25,8 +25,97 @@ with a fresh id, at the end of the order, and records it as requeued_as.`,
 		newDeadListCommand(), newDeadShowCommand(), newDeadRequeueCommand())
 	return groupCommand("outbox", "Inspect and repair the transactional outbox",
 		`Inspect the outbox's health and its dead letters, and requeue them, in the
-schema given by --schema (default: the connection's current schema).`,
-		newOutboxStatusCommand(), dead)
+schema given by --schema (default: the connection's current schema); repair an
+outbox restored logically into another cluster with "rebase".`,
+		newOutboxStatusCommand(), dead, newOutboxRebaseCommand())
+}
+
+func newOutboxRebaseCommand() *cobra.Command {
+	var (
+		f      dbFlags
+		dryRun bool
+	)
+	cmd := &cobra.Command{
+		Use:   "rebase",
+		Short: "Repair an outbox restored logically (pg_dump/pg_restore) into another cluster",
+		Long: `An outbox's order is the database's transaction ids (xids). A logical restore
+into another cluster copies the old cluster's xids as data, while the new
+cluster's counter is wherever it is, usually far lower: entries written since
+sort below the stored cursor and would never be delivered. The driver notices
+(the cursor is ahead of the transaction counter), refuses to walk and raises a
+stuck notice.
+
+rebase repairs it in one transaction: every entry gets a new xid below the
+oldest running transaction, in the order the walk must take, and the cursor
+moves to match. Entries the old cluster delivered stay behind the new cursor
+(retention deletes them); those it had not delivered come next, in their order;
+then those written in this database since the restore, in theirs. Entries the
+old cluster delivered whose xids happen to be below this database's counter
+cannot be told from new ones and are delivered again (delivery is at least once).
+
+With --dry-run it prints what it would do and changes nothing. A cursor that is
+not ahead of the counter needs no rebase; the command says so and changes
+nothing. A driver running meanwhile finds the cursor moved and goes on from the
+new one.`,
+		Example: "  baton outbox rebase --postgres postgres://app@db:5432/app --dry-run\n  baton outbox rebase --postgres postgres://app@db:5432/app",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runOutboxRebase(cmd.Context(), cmd.OutOrStdout(), &f, dryRun)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "compute and print the rebase, write nothing")
+	return cmd
+}
+
+// rebaseReport is what outbox rebase prints with --json.
+type rebaseReport struct {
+	Schema       string `json:"schema"`
+	DryRun       bool   `json:"dry_run"`
+	Cursor       string `json:"cursor"`
+	NewCursor    string `json:"new_cursor"`
+	NextXID      string `json:"next_xid"` // a string: xids exceed JSON's safe integers
+	Delivered    int    `json:"delivered"`
+	Pending      int    `json:"pending"`
+	Written      int    `json:"written_here"`
+	Transactions int    `json:"transactions"`
+}
+
+func runOutboxRebase(ctx context.Context, out io.Writer, f *dbFlags, dryRun bool) error {
+	db, store, err := openOutbox(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	res, err := store.Rebase(ctx, dryRun)
+	switch {
+	case errors.Is(err, postgres.ErrRebaseNotNeeded):
+		return usagef("schema %q: the outbox needs no rebase: its cursor (xid %d) is below this database's next xid (%d); nothing was changed",
+			db.schema, res.Cursor.XID, res.NextXID)
+	case err != nil:
+		return fmt.Errorf("rebase the outbox: %w", err)
+	}
+	cursor := func(c outbox.Cursor) string { return fmt.Sprintf("(%d, %s)", c.XID, c.ID) }
+	rep := rebaseReport{
+		Schema: db.schema, DryRun: dryRun, Cursor: cursor(res.Cursor), NewCursor: cursor(res.NewCursor),
+		NextXID: strconv.FormatUint(res.NextXID, 10), Delivered: res.Delivered, Pending: res.Pending,
+		Written: res.Written, Transactions: res.Transactions,
+	}
+	if f.json {
+		return writeJSON(out, rep)
+	}
+	verb := "rebased"
+	if dryRun {
+		verb = "dry run, nothing written; a rebase would move"
+	}
+	fmt.Fprintf(out, "outbox in schema %q: %s\n", db.schema, verb)
+	t := newTable(out)
+	t.row("cursor", rep.Cursor+" -> "+rep.NewCursor)
+	t.row("next xid of this database", rep.NextXID)
+	t.row("delivered by the old cluster", strconv.Itoa(res.Delivered)+" (kept behind the cursor for retention)")
+	t.row("not delivered by the old cluster", strconv.Itoa(res.Pending)+" (walked first, in their order)")
+	t.row("written here since the restore", strconv.Itoa(res.Written)+" (walked next, in their order)")
+	return t.flush()
 }
 
 // openOutbox opens the database and the outbox store over its schema.

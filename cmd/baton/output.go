@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/baton-go/baton/internal/printable"
 )
 
 // writeJSON prints v as indented JSON.
@@ -29,9 +31,12 @@ func newTable(w io.Writer, header ...string) *table {
 	return t
 }
 
+// row prints one row. A cell is one line, and shows no control character
+// (tabs and newlines become spaces, the rest their escapes): cells hold
+// what the database holds.
 func (t *table) row(cells ...string) {
 	for i, c := range cells {
-		cells[i] = strings.ReplaceAll(strings.ReplaceAll(c, "\t", " "), "\n", " ")
+		cells[i] = printable.Line(c)
 	}
 	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
 }

@@ -15,10 +15,13 @@
 //   - otherwise the request is forwarded, at most one hop, to the holder's
 //     advertised address (Lease.CurrentHolderAddress), and the holder's
 //     response, streaming included, is relayed unbuffered;
-//   - the lease (or partition set) is not registered in the Registry: the
-//     request passes through to the next handler, so that single-instance
-//     development needs no lease store. The lookup is made at request time,
-//     so a lease registered after the middleware was built is honoured.
+//   - the lease (or partition set) is not registered in the Registry: 503,
+//     or, with Options.PassThroughUnregistered (single-instance development
+//     without a lease store), the next handler runs locally. A name that is
+//     not registered when the middleware is built is logged at error level,
+//     since it is often a misspelling that would otherwise run the role's
+//     handlers everywhere. The lookup is made at request time, so a lease
+//     registered after the middleware was built is honoured.
 //
 // Requests outside the prefixes always pass through untouched.
 //
@@ -61,6 +64,22 @@
 // (meaning http). InstanceAddress turns a listen address into one, replacing
 // a wildcard host with a non-loopback IPv4 address; an explicit address wins
 // for NAT, proxies and TLS between nodes.
+//
+// # Peers
+//
+// The holder address comes from the lease table, and whoever can write that
+// table chooses where clients' requests go. Every forward is therefore
+// checked against Options.Peers (or Options.AllowPeer) first; an address
+// outside it is answered 503, logged as an error, and sent nothing.
+// Loopback and link-local addresses must be named explicitly, and the
+// default transport checks the address a host name resolves to as well.
+// Options.StripCredentials removes Authorization and Cookie from forwarded
+// requests; TLS between instances (an https address and a Transport that
+// verifies the peer) keeps them off the wire in clear.
+//
+// The client's X-Forwarded-Host, X-Forwarded-Proto and Forwarded headers
+// are replaced by the proxy's own unless Options.TrustForwardedHeaders says
+// an ingress in front of every instance set them.
 //
 // Install the middleware before authentication and routing, so that a
 // non-holder never starts local work for a request it forwards. When the

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"strconv"
@@ -39,13 +40,55 @@ const LoopGuardHeader = "Baton-Forwarded-By"
 // the constructors for arguments or Options they cannot run with.
 var ErrInvalidConfig = errors.New("baton/holder: invalid configuration")
 
-// Options tunes the proxy. The zero value is ready to use.
+// Options tunes the proxy. Peers (or AllowPeer) is required; everything
+// else has a default.
 type Options struct {
+	// Peers lists where requests may be forwarded. A holder address comes
+	// from the lease table, which anyone with write access to it can set;
+	// before every forward the address is checked against this list, and a
+	// request for any other address is answered 503 and never sent.
+	//
+	// An entry is an IP address ("10.1.2.3", "fd00::5"), a CIDR prefix
+	// ("10.0.0.0/8"), a host name ("app-03.internal", any case) or a domain
+	// suffix starting with a dot (".pods.internal" allows
+	// "a.pods.internal"). Loopback and link-local addresses are allowed
+	// only by an entry inside those ranges ("127.0.0.1", "::1",
+	// "169.254.0.0/16", "fe80::/10"; "0.0.0.0/0" does not count), and
+	// unspecified and multicast addresses never. With the default
+	// Transport the same rule is applied again to the address a host name
+	// resolves to, when the connection is made.
+	Peers []string
+	// AllowPeer, when set, is asked about a holder address (scheme and
+	// host only) that Peers does not allow; true allows it. It cannot allow
+	// a loopback or link-local address that Peers does not name.
+	AllowPeer func(holder *url.URL) bool
+	// StripCredentials removes Authorization and Cookie from forwarded
+	// requests. Then the holder cannot authenticate the client itself: use
+	// it when the forwarding instance authenticates, and passes on what the
+	// holder needs in a form the holder accepts from peers only.
+	StripCredentials bool
+	// TrustForwardedHeaders relays the client's X-Forwarded-Host,
+	// X-Forwarded-Proto and Forwarded headers as received. Set it only when
+	// an ingress in front of every instance overwrites them; otherwise any
+	// client could choose what the holder believes about the original
+	// request. By default the proxy sets X-Forwarded-Host and
+	// X-Forwarded-Proto from the request it received and drops Forwarded.
+	TrustForwardedHeaders bool
+
+	// PassThroughUnregistered runs covered requests locally while the role
+	// (or partition set) is not registered in the registry: for a
+	// single-instance deployment without a lease store. Without it such a
+	// request is answered 503, so that a misspelled role name cannot make
+	// every instance run the role's handlers.
+	PassThroughUnregistered bool
+
 	// Transport sends forwarded requests. nil means a clone of
 	// http.DefaultTransport with DialTimeout and ResponseHeaderTimeout
-	// applied and no HTTP(S)_PROXY from the environment (instances talk to
-	// each other directly). When set, configure its timeouts there: DialTimeout and
-	// ResponseHeaderTimeout must then be zero.
+	// applied, no HTTP(S)_PROXY from the environment (instances talk to
+	// each other directly), and the Peers rule checked on every address it
+	// connects to. When set, configure its timeouts there: DialTimeout and
+	// ResponseHeaderTimeout must then be zero. A custom Transport resolves
+	// host names itself: Peers then judges names by name only.
 	Transport http.RoundTripper
 	// DialTimeout bounds connecting to the holder (default
 	// DefaultDialTimeout). Only for the default Transport.
@@ -73,12 +116,16 @@ func invalid(format string, args ...any) error {
 
 // resolved is Options after validation and defaults.
 type resolved struct {
-	transport  http.RoundTripper
-	retryAfter string // header value, whole seconds
-	self       string // addressKey of Options.Self; "" when unknown
-	guard      string // LoopGuardHeader value
-	log        *slog.Logger
-	prefixes   []string
+	transport   http.RoundTripper
+	retryAfter  string // header value, whole seconds
+	self        string // addressKey of Options.Self; "" when unknown
+	guard       string // LoopGuardHeader value
+	log         *slog.Logger
+	prefixes    []string
+	peers       *peerPolicy
+	strip       bool // Options.StripCredentials
+	trustFwd    bool // Options.TrustForwardedHeaders
+	passThrough bool // Options.PassThroughUnregistered
 }
 
 func (o Options) resolve(prefixes []string) (*resolved, error) {
@@ -97,7 +144,12 @@ func (o Options) resolve(prefixes []string) (*resolved, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &resolved{prefixes: ps, log: o.Logger}
+	peers, err := newPeerPolicy(o.Peers, o.AllowPeer)
+	if err != nil {
+		return nil, err
+	}
+	r := &resolved{prefixes: ps, log: o.Logger, peers: peers,
+		strip: o.StripCredentials, trustFwd: o.TrustForwardedHeaders, passThrough: o.PassThroughUnregistered}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -129,12 +181,12 @@ func (o Options) resolve(prefixes []string) (*resolved, error) {
 		if header == 0 {
 			header = DefaultResponseHeaderTimeout
 		}
-		r.transport = defaultTransport(dial, header)
+		r.transport = defaultTransport(dial, header, peers)
 	}
 	return r, nil
 }
 
-func defaultTransport(dial, header time.Duration) http.RoundTripper {
+func defaultTransport(dial, header time.Duration, peers *peerPolicy) http.RoundTripper {
 	var t *http.Transport
 	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
 		t = dt.Clone()
@@ -144,7 +196,7 @@ func defaultTransport(dial, header time.Duration) http.RoundTripper {
 	// Instances talk to each other directly: an HTTP(S)_PROXY meant for
 	// outbound traffic must not sit between them.
 	t.Proxy = nil
-	d := &net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}
+	d := &net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second, ControlContext: peers.dialControl}
 	t.DialContext = d.DialContext
 	t.TLSHandshakeTimeout = dial
 	t.ResponseHeaderTimeout = header

@@ -2,6 +2,7 @@ package holder
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -15,7 +16,10 @@ import (
 // RoleProxy returns middleware that runs requests under prefixes on the
 // holder of role and forwards them there from every other instance (see the
 // package documentation for the full behaviour). The lease is looked up in
-// reg per request; while role is not registered, everything passes through.
+// reg per request; while role is not registered, covered requests are
+// answered 503, or run locally with Options.PassThroughUnregistered. A role
+// not registered when RoleProxy is called is logged at error level (or, with
+// the pass-through, as a warning): it is often a misspelled name.
 //
 // It reports ErrInvalidConfig for a nil reg, an invalid role name, no
 // prefixes, a prefix that is not a clean absolute path, or bad Options.
@@ -33,6 +37,8 @@ func RoleProxy(reg *lease.Registry, role string, opts Options, prefixes ...strin
 	rp := &roleProxy{f: f, reg: reg, role: role}
 	if _, ok := reg.Lease(role); ok {
 		rp.seen.Store(true)
+	} else {
+		f.startupUnregistered("role", role)
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -61,7 +67,7 @@ func (p *roleProxy) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 			p.f.unavailable(w, r, p.role, "the lease was closed on this instance")
 			return
 		}
-		next.ServeHTTP(w, r)
+		p.f.unregistered(w, r, next, p.role)
 		return
 	}
 	p.seen.Store(true)
@@ -72,7 +78,8 @@ func (p *roleProxy) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 // partition (lease.Partition.Resolve) and the request goes to that
 // partition's holder. A request for which key reports false or an empty key
 // is answered 400 Bad Request and never forwarded. While no partition set
-// called partition is registered in reg, everything passes through.
+// called partition is registered in reg, covered requests are answered 503,
+// or run locally with Options.PassThroughUnregistered.
 //
 // key runs on every covered request, before any body is read; it should
 // only look at the path, query or headers.
@@ -105,6 +112,9 @@ func newPartitionProxy(reg *lease.Registry, partition, scope string, scoped bool
 		return nil, err
 	}
 	pp := &partitionProxy{f: f, reg: reg, name: partition, scope: scope, scoped: scoped, key: key}
+	if _, ok := reg.Partition(partition); !ok {
+		f.startupUnregistered("partition set", partition)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !f.cfg.covers(r.URL.Path) {
@@ -128,7 +138,7 @@ type partitionProxy struct {
 func (p *partitionProxy) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	part, ok := p.reg.Partition(p.name)
 	if !ok {
-		next.ServeHTTP(w, r)
+		p.f.unregistered(w, r, next, p.name)
 		return
 	}
 	k, ok := p.key(r)
@@ -187,6 +197,29 @@ func newForwarder(opts Options, prefixes []string) (*forwarder, error) {
 	return f, nil
 }
 
+// startupUnregistered logs, when a proxy is built, that what it routes by
+// is not registered: loudly unless the pass-through was asked for, since a
+// misspelled name would otherwise go unnoticed until requests fail.
+func (f *forwarder) startupUnregistered(kind, name string) {
+	if f.cfg.passThrough {
+		f.log.Warn("holder proxy: the "+kind+" is not registered; with PassThroughUnregistered its requests run locally "+
+			"on this instance until it is (meant for a single instance without a lease store)", kind, name)
+		return
+	}
+	f.log.Error("holder proxy: the "+kind+" is not registered in the registry; its requests are answered 503 until it is. "+
+		"Is the name misspelled? A single instance without a lease store sets Options.PassThroughUnregistered", kind, name)
+}
+
+// unregistered handles a covered request while the role or partition set
+// is not registered.
+func (f *forwarder) unregistered(w http.ResponseWriter, r *http.Request, next http.Handler, name string) {
+	if f.cfg.passThrough {
+		next.ServeHTTP(w, r)
+		return
+	}
+	f.unavailable(w, r, name, "it is not registered on this instance")
+}
+
 // dispatch runs the request locally, forwards it, or answers 503.
 func (f *forwarder) dispatch(w http.ResponseWriter, r *http.Request, next http.Handler, role string, held bool, addr string) {
 	if held {
@@ -211,13 +244,18 @@ func (f *forwarder) dispatch(w http.ResponseWriter, r *http.Request, next http.H
 		f.unavailable(w, r, role, "the holder snapshot names this instance, which does not hold the lease (failover in progress)")
 		return
 	}
+	if err := f.cfg.peers.check(target); err != nil {
+		f.refusePeer(w, r, role, target, err)
+		return
+	}
 	f.log.Debug("holder proxy: forwarding", "role", role, "holder", target.String(), "path", r.URL.Path)
 	ctx := context.WithValue(r.Context(), routeKey{}, &route{target: target, role: role})
 	f.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // rewrite makes the outbound request: to the holder, with the same path and
-// query, hop-by-hop headers already stripped by ReverseProxy, the loop guard
+// query, hop-by-hop headers already stripped by ReverseProxy (which also
+// removed the inbound Forwarded and X-Forwarded-* headers), the loop guard
 // set and the X-Forwarded-* headers describing the original request.
 func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(routeKey{}).(*route)
@@ -228,12 +266,18 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header["X-Forwarded-For"] = slices.Clone(prior)
 	}
 	pr.SetXForwarded()
-	// Host and scheme describe the client's request; an ingress in front
-	// of us knows them better than this hop does.
-	for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
-		if v := pr.In.Header.Values(h); len(v) > 0 {
-			pr.Out.Header[h] = slices.Clone(v)
+	if f.cfg.trustFwd {
+		// An ingress in front of every instance set these, and knows the
+		// client's host and scheme better than this hop does.
+		for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
+			if v := pr.In.Header.Values(h); len(v) > 0 {
+				pr.Out.Header[h] = slices.Clone(v)
+			}
 		}
+	}
+	if f.cfg.strip {
+		pr.Out.Header.Del("Authorization")
+		pr.Out.Header.Del("Cookie")
 	}
 	pr.Out.Header.Set(LoopGuardHeader, f.cfg.guard)
 }
@@ -245,11 +289,25 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, err error
 	if rt != nil {
 		role, holder = rt.role, rt.target.String()
 	}
+	if rt != nil && errors.Is(err, errNotPeer) {
+		// A host name in Peers resolved to an address the policy refuses.
+		f.refusePeer(w, r, role, rt.target, err)
+		return
+	}
 	if r.Context().Err() != nil {
 		// The client went away; nobody reads the answer.
 		f.log.Debug("holder proxy: client gone while forwarding", "role", role, "holder", holder, "err", err)
 	}
 	f.unavailable(w, r, role, "the holder is unreachable", "holder", holder, "err", err)
+}
+
+// refusePeer answers 503 for a holder address outside Options.Peers. It is
+// logged as an error: either the peer list misses an instance, or someone
+// wrote a lease row to receive the clients' requests.
+func (f *forwarder) refusePeer(w http.ResponseWriter, r *http.Request, role string, target *url.URL, err error) {
+	f.log.Error("holder proxy: the holder's address is not an allowed peer; nothing was forwarded",
+		"role", role, "holder", target.String(), "path", r.URL.Path, "err", err)
+	f.answer503(w, role, "the holder's address is not an allowed peer")
 }
 
 // unavailable answers 503 with Retry-After. It never retries: see the
@@ -258,6 +316,10 @@ func (f *forwarder) unavailable(w http.ResponseWriter, r *http.Request, role, re
 	if r.Context().Err() == nil {
 		f.log.Warn("holder proxy: "+reason, append([]any{"role", role, "path", r.URL.Path}, attrs...)...)
 	}
+	f.answer503(w, role, reason)
+}
+
+func (f *forwarder) answer503(w http.ResponseWriter, role, reason string) {
 	h := w.Header()
 	h.Set("Retry-After", f.cfg.retryAfter)
 	h.Set("Cache-Control", "no-store")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -18,6 +19,11 @@ import (
 
 const role = "maintenance"
 
+// testPeers are the peers of the tests: their servers listen on 127.0.0.1,
+// which must be named to be allowed, and some leases name hosts that are
+// never dialed.
+var testPeers = []string{"127.0.0.1", "10.0.0.0/8", "holder.invalid"}
+
 func roleCluster(t *testing.T, opts holder.Options, app func(*node) http.Handler) []*node {
 	return startCluster(t, clusterSpec{
 		size:     3,
@@ -26,6 +32,9 @@ func roleCluster(t *testing.T, opts holder.Options, app func(*node) http.Handler
 		proxy: func(n *node, tr http.RoundTripper) (func(http.Handler) http.Handler, error) {
 			o := opts
 			o.Self = n.url
+			if o.Peers == nil {
+				o.Peers = testPeers
+			}
 			if o.Transport == nil && o.DialTimeout == 0 && o.ResponseHeaderTimeout == 0 {
 				o.Transport = tr
 			}
@@ -35,7 +44,7 @@ func roleCluster(t *testing.T, opts holder.Options, app func(*node) http.Handler
 }
 
 func TestRoleProxy_NonHolderForwardsToHolderAndRelaysItsResponse(t *testing.T) {
-	nodes := roleCluster(t, holder.Options{}, nil)
+	nodes := roleCluster(t, holder.Options{Peers: testPeers}, nil)
 	h, others := waitForHolder(t, nodes, role)
 	c := newClient(t)
 
@@ -57,7 +66,7 @@ func TestRoleProxy_NonHolderForwardsToHolderAndRelaysItsResponse(t *testing.T) {
 		want := map[string]string{
 			holder.LoopGuardHeader: n.url,
 			"X-Forwarded-For":      "203.0.113.7, 127.0.0.1",
-			"X-Forwarded-Proto":    "https",
+			"X-Forwarded-Proto":    "http", // this hop's: the client's own is not trusted by default
 			"X-Forwarded-Host":     strings.TrimPrefix(n.url, "http://"),
 			"X-Hop":                "",
 		}
@@ -97,7 +106,7 @@ func TestRoleProxy_StreamsSSEEventsBeforeTheHandlerEnds(t *testing.T) {
 			ended.Store(true)
 		})
 	}
-	nodes := roleCluster(t, holder.Options{}, sse)
+	nodes := roleCluster(t, holder.Options{Peers: testPeers}, sse)
 	h, others := waitForHolder(t, nodes, role)
 	defer func() {
 		select {
@@ -148,7 +157,7 @@ func TestRoleProxy_StreamsSSEEventsBeforeTheHandlerEnds(t *testing.T) {
 }
 
 func TestRoleProxy_ForwardedRequestOnNonHolderIs503AndNeverRunsLocally(t *testing.T) {
-	nodes := roleCluster(t, holder.Options{}, nil)
+	nodes := roleCluster(t, holder.Options{Peers: testPeers}, nil)
 	h, others := waitForHolder(t, nodes, role)
 	c := newClient(t)
 	guard := http.Header{holder.LoopGuardHeader: {"http://elsewhere:1"}}
@@ -170,7 +179,7 @@ func TestRoleProxy_ForwardedRequestOnNonHolderIs503AndNeverRunsLocally(t *testin
 }
 
 func TestProxy_PathsOutsideThePrefixesPassThroughOnEveryInstance(t *testing.T) {
-	nodes := roleCluster(t, holder.Options{}, nil)
+	nodes := roleCluster(t, holder.Options{Peers: testPeers}, nil)
 	waitForHolder(t, nodes, role)
 	c := newClient(t)
 	paths := []string{"/", "/public", "/maintenancex", "/maintenance-streamsx/a", "/api/maintenance"}
@@ -193,7 +202,7 @@ func TestProxy_PrefixesMatchWholePathSegments(t *testing.T) {
 	if _, err := m.Register(role); err != nil { // not started: never held, holder unknown
 		t.Fatal(err)
 	}
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{}, "/maintenance", "/ops/streams/")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers}, "/maintenance", "/ops/streams/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +240,7 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ran atomic.Bool
-		mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{RetryAfter: 1500 * time.Millisecond}, "/maintenance")
+		mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, RetryAfter: 1500 * time.Millisecond}, "/maintenance")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +269,7 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{}, "/maintenance")
+		mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers}, "/maintenance")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,7 +300,7 @@ func seededLease(t *testing.T, address string) *lease.Manager {
 func TestRoleProxy_UnreachableHolderIs503WithRetryAfter(t *testing.T) {
 	m := seededLease(t, closedPortURL(t))
 	// The default transport, with its dial timeout.
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{DialTimeout: time.Second}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, DialTimeout: time.Second}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +320,7 @@ func TestRoleProxy_HolderSilentPastResponseHeaderTimeoutIs503(t *testing.T) {
 	unblock := make(chan struct{})
 	slow := newSilentServer(t, unblock)
 	m := seededLease(t, slow)
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{ResponseHeaderTimeout: 150 * time.Millisecond}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, ResponseHeaderTimeout: 150 * time.Millisecond}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +337,7 @@ func TestRoleProxy_SnapshotNamingThisInstanceIs503WithoutForwarding(t *testing.T
 		trips.Add(1)
 		return nil, errors.New("must not be called")
 	})
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Self: self, Transport: tr}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, Self: self, Transport: tr}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +355,7 @@ func TestRoleProxy_TransportErrorIs503(t *testing.T) {
 		got = r
 		return nil, errors.New("tls: handshake failure")
 	})
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Transport: tr}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, Transport: tr}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,12 +366,17 @@ func TestRoleProxy_TransportErrorIs503(t *testing.T) {
 	}
 }
 
-func TestRoleProxy_UnregisteredLeasePassesThrough(t *testing.T) {
+func TestRoleProxy_UnregisteredLeasePassesThroughWhenAskedTo(t *testing.T) {
 	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{}, "/maintenance")
+	logs := &recordingHandler{}
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, PassThroughUnregistered: true,
+		Logger: slog.New(logs)}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := logs.find(slog.LevelWarn, "not registered"); !ok {
+		t.Errorf("the pass-through of an unregistered role was not logged at startup")
 	}
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	if rec := serve(h, "GET", "/maintenance/x", nil); rec.Code != http.StatusTeapot {
@@ -383,7 +397,7 @@ func TestRoleProxy_ClosedLeaseIs503NotLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +431,7 @@ func partitionCluster(t *testing.T) []*node {
 			}
 		},
 		proxy: func(n *node, tr http.RoundTripper) (func(http.Handler) http.Handler, error) {
-			o := holder.Options{Self: n.url, Transport: tr}
+			o := holder.Options{Peers: testPeers, Self: n.url, Transport: tr}
 			byDevice, err := holder.PartitionProxy(n.reg(), partition, deviceKey, o, "/device-api")
 			if err != nil {
 				return nil, err
@@ -497,10 +511,10 @@ func TestPartitionProxy_ForwardsToThePartitionsHolder(t *testing.T) {
 	}
 }
 
-func TestPartitionProxy_UnregisteredPartitionPassesThrough(t *testing.T) {
+func TestPartitionProxy_UnregisteredPartitionPassesThroughWhenAskedTo(t *testing.T) {
 	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
-	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{}, "/device-api")
+	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{Peers: testPeers, PassThroughUnregistered: true}, "/device-api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +532,7 @@ func TestPartitionProxy_ClosedPartitionIs503NotLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{}, "/device-api")
+	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{Peers: testPeers}, "/device-api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,7 +553,7 @@ func TestConstructors_RejectInvalidArgumentsNamingTheField(t *testing.T) {
 		return err
 	}
 	part := func(reg *lease.Registry, name string, key func(*http.Request) (string, bool)) error {
-		_, err := holder.PartitionProxy(reg, name, key, holder.Options{}, "/x")
+		_, err := holder.PartitionProxy(reg, name, key, holder.Options{Peers: testPeers}, "/x")
 		return err
 	}
 	for _, tc := range []struct {
@@ -547,17 +561,17 @@ func TestConstructors_RejectInvalidArgumentsNamingTheField(t *testing.T) {
 		err   error
 		field string
 	}{
-		{"nil registry", role(nil, "r", holder.Options{}, "/x"), "reg"},
-		{"empty role", role(reg, "", holder.Options{}, "/x"), "role"},
-		{"role with NUL", role(reg, "a\x00b", holder.Options{}, "/x"), "role"},
-		{"no prefixes", role(reg, "r", holder.Options{}), "prefixes"},
-		{"relative prefix", role(reg, "r", holder.Options{}, "maintenance"), "prefixes"},
-		{"unclean prefix", role(reg, "r", holder.Options{}, "/a/../b"), "prefixes"},
-		{"negative RetryAfter", role(reg, "r", holder.Options{RetryAfter: -time.Second}, "/x"), "RetryAfter"},
-		{"negative DialTimeout", role(reg, "r", holder.Options{DialTimeout: -1}, "/x"), "DialTimeout"},
-		{"negative ResponseHeaderTimeout", role(reg, "r", holder.Options{ResponseHeaderTimeout: -1}, "/x"), "ResponseHeaderTimeout"},
-		{"timeouts with a Transport", role(reg, "r", holder.Options{Transport: tr, DialTimeout: time.Second}, "/x"), "Transport"},
-		{"bad Self", role(reg, "r", holder.Options{Self: "ftp://x"}, "/x"), "Self"},
+		{"nil registry", role(nil, "r", holder.Options{Peers: testPeers}, "/x"), "reg"},
+		{"empty role", role(reg, "", holder.Options{Peers: testPeers}, "/x"), "role"},
+		{"role with NUL", role(reg, "a\x00b", holder.Options{Peers: testPeers}, "/x"), "role"},
+		{"no prefixes", role(reg, "r", holder.Options{Peers: testPeers}), "prefixes"},
+		{"relative prefix", role(reg, "r", holder.Options{Peers: testPeers}, "maintenance"), "prefixes"},
+		{"unclean prefix", role(reg, "r", holder.Options{Peers: testPeers}, "/a/../b"), "prefixes"},
+		{"negative RetryAfter", role(reg, "r", holder.Options{Peers: testPeers, RetryAfter: -time.Second}, "/x"), "RetryAfter"},
+		{"negative DialTimeout", role(reg, "r", holder.Options{Peers: testPeers, DialTimeout: -1}, "/x"), "DialTimeout"},
+		{"negative ResponseHeaderTimeout", role(reg, "r", holder.Options{Peers: testPeers, ResponseHeaderTimeout: -1}, "/x"), "ResponseHeaderTimeout"},
+		{"timeouts with a Transport", role(reg, "r", holder.Options{Peers: testPeers, Transport: tr, DialTimeout: time.Second}, "/x"), "Transport"},
+		{"bad Self", role(reg, "r", holder.Options{Peers: testPeers, Self: "ftp://x"}, "/x"), "Self"},
 		{"partition: nil registry", part(nil, "p", deviceKey), "reg"},
 		{"partition: empty name", part(reg, "", deviceKey), "partition"},
 		{"partition: nil key", part(reg, "p", nil), "key"},
@@ -571,10 +585,10 @@ func TestConstructors_RejectInvalidArgumentsNamingTheField(t *testing.T) {
 			t.Errorf("%s: %q does not name %s", tc.name, tc.err, tc.field)
 		}
 	}
-	if _, err := holder.PartitionProxyScoped(reg, partition, "Order", nil, holder.Options{}, "/x"); !errors.Is(err, holder.ErrInvalidConfig) {
+	if _, err := holder.PartitionProxyScoped(reg, partition, "Order", nil, holder.Options{Peers: testPeers}, "/x"); !errors.Is(err, holder.ErrInvalidConfig) {
 		t.Errorf("scoped, nil key: %v", err)
 	}
-	if _, err := holder.RoleProxy(reg, "r", holder.Options{Self: "10.0.0.5:8080"}, "/", "/a/"); err != nil {
+	if _, err := holder.RoleProxy(reg, "r", holder.Options{Peers: testPeers, Self: "10.0.0.5:8080"}, "/", "/a/"); err != nil {
 		t.Errorf("valid arguments rejected: %v", err)
 	}
 }

@@ -12,10 +12,11 @@ import (
 	"github.com/baton-go/baton/core/internal/name"
 )
 
-// Defaults for Config. They satisfy LeaseDuration > RenewInterval +
-// HeldSafetyMargin with room for one failed heartbeat: a holder keeps the
-// role through one lost round trip and gives it up, on its own, 13 s after
-// its last good one.
+// Defaults for Config. They satisfy LeaseDuration − HeldSafetyMargin >
+// 2 × RenewInterval: a holder keeps its term through one heartbeat that
+// fails or never answers (the next one starts 10 s after the last good one
+// and has 3 s to answer), and gives the role up, on its own, 13 s after its
+// last good heartbeat started.
 const (
 	DefaultLeaseDuration    = 15 * time.Second
 	DefaultRenewInterval    = 5 * time.Second
@@ -47,8 +48,9 @@ type Config struct {
 	// LeaseDuration is how long a lease lasts, by the store's clock, after
 	// each renewal.
 	LeaseDuration time.Duration
-	// RenewInterval is the heartbeat period; one heartbeat covers every
-	// role of the manager.
+	// RenewInterval is the heartbeat period, counted from the start of one
+	// heartbeat to the start of the next, and each heartbeat's timeout; one
+	// heartbeat covers every role of the manager.
 	RenewInterval time.Duration
 	// HeldSafetyMargin is how much earlier than the store this instance
 	// stops believing it holds a role: IsHeld turns false at
@@ -88,10 +90,15 @@ func (c *Config) validate() error {
 		return bad("RenewInterval is %v; it must be positive", c.RenewInterval)
 	case c.HeldSafetyMargin < 0:
 		return bad("HeldSafetyMargin is %v; it must not be negative", c.HeldSafetyMargin)
-	case c.LeaseDuration <= c.RenewInterval+c.HeldSafetyMargin:
-		return bad("LeaseDuration (%v) must be greater than RenewInterval (%v) + HeldSafetyMargin (%v), "+
-			"or a holder could still believe it holds after a successor legitimately took over",
-			c.LeaseDuration, c.RenewInterval, c.HeldSafetyMargin)
+	case c.LeaseDuration-c.HeldSafetyMargin <= 2*c.RenewInterval:
+		// The trust window must outlast one failed heartbeat: the next
+		// one starts 2 × RenewInterval after the last good one, and must
+		// answer before trust ends. This also keeps LeaseDuration above
+		// RenewInterval + HeldSafetyMargin, so a holder stops believing it
+		// holds before a successor may take over.
+		return bad("LeaseDuration (%v) − HeldSafetyMargin (%v) must exceed 2 × RenewInterval (%v), "+
+			"or one failed heartbeat ends the holder's trust before the next one can renew its term",
+			c.LeaseDuration, c.HeldSafetyMargin, c.RenewInterval)
 	}
 	if p := name.Problem(c.InstanceID, MaxInstanceIDLength); p != "" {
 		return bad("InstanceID: %s", p)

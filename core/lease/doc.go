@@ -5,6 +5,9 @@
 // adapters live in backends/...). One Manager per process runs one heartbeat
 // loop that renews or takes every registered role in a single store round
 // trip per RenewInterval, however many roles and partitions it has.
+// Heartbeats start RenewInterval apart, counted from start to start, and
+// each gives up after RenewInterval, so a heartbeat that never answers does
+// not delay the next one.
 //
 // # State model
 //
@@ -25,9 +28,13 @@
 // with no goroutine involved, so a holder whose heartbeat stalls, whose
 // database is unreachable or whose process was paused stops acting on its
 // own. The store judges expiry with its own clock (now() in SQL) and lets
-// another instance take over only after LeaseDuration; because
-// LeaseDuration > RenewInterval + HeldSafetyMargin, the old holder has
-// stopped believing it holds before a successor may legitimately start.
+// another instance take over only after LeaseDuration; the old holder has
+// stopped believing it holds HeldSafetyMargin earlier.
+//
+// NewManager requires LeaseDuration − HeldSafetyMargin > 2 × RenewInterval:
+// when one heartbeat fails or never answers, the next one starts
+// 2 × RenewInterval after the last good one and renews the same term before
+// trust ends, so one lost packet costs neither IsHeld nor the token.
 //
 // # Failure semantics
 //

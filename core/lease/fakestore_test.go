@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/core/lease"
@@ -18,6 +19,16 @@ type fakeStore struct {
 	calls   map[string]int
 	failing map[string]bool
 	hanging map[string]chan struct{}
+	// blackholed counts, per holder, the next heartbeats that hang until
+	// their context ends, as a lost packet does.
+	blackholed map[string]int
+	// slow, per holder, makes the next heartbeat a statement that the
+	// store runs for that long and then commits, whether or not the caller
+	// still waits for it (a cancelled client does not stop the server).
+	slow map[string]time.Duration
+	// replyLost, per holder, makes the next heartbeat commit at once and
+	// its answer never arrive.
+	replyLost map[string]bool
 }
 
 func newFakeStore() *fakeStore {
@@ -26,6 +37,9 @@ func newFakeStore() *fakeStore {
 		calls:      map[string]int{},
 		failing:    map[string]bool{},
 		hanging:    map[string]chan struct{}{},
+		blackholed: map[string]int{},
+		slow:       map[string]time.Duration{},
+		replyLost:  map[string]bool{},
 	}
 }
 
@@ -50,6 +64,28 @@ func (s *fakeStore) hang(holder string) func() {
 		delete(s.hanging, holder)
 		close(ch)
 	}
+}
+
+// blackhole makes holder's next n heartbeats hang until their context ends.
+func (s *fakeStore) blackhole(holder string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.blackholed[holder] = n
+}
+
+// slowStatement makes holder's next heartbeat take d at the store, and
+// commit then even if its caller gave up.
+func (s *fakeStore) slowStatement(holder string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slow[holder] = d
+}
+
+// loseReply makes holder's next heartbeat commit and never answer.
+func (s *fakeStore) loseReply(holder string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replyLost[holder] = true
 }
 
 func (s *fakeStore) heartbeats(holder string) int {
@@ -78,7 +114,41 @@ func (s *fakeStore) gate(ctx context.Context, holder string) error {
 func (s *fakeStore) Heartbeat(ctx context.Context, req lease.HeartbeatRequest) ([]lease.Record, error) {
 	s.mu.Lock()
 	s.calls[req.Holder]++
+	lost := s.blackholed[req.Holder] > 0
+	if lost {
+		s.blackholed[req.Holder]--
+	}
+	slow, isSlow := s.slow[req.Holder]
+	delete(s.slow, req.Holder)
+	replyLost := s.replyLost[req.Holder]
+	delete(s.replyLost, req.Holder)
 	s.mu.Unlock()
+	switch {
+	case lost:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case replyLost:
+		_, _ = s.LeaseStore.Heartbeat(ctx, req)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case isSlow:
+		type answer struct {
+			recs []lease.Record
+			err  error
+		}
+		done := make(chan answer, 1)
+		go func() {
+			time.Sleep(slow)
+			recs, err := s.LeaseStore.Heartbeat(context.WithoutCancel(ctx), req)
+			done <- answer{recs, err}
+		}()
+		select {
+		case a := <-done:
+			return a.recs, a.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	if err := s.gate(ctx, req.Holder); err != nil {
 		return nil, err
 	}

@@ -13,15 +13,31 @@ type Lease struct {
 	m    *Manager
 	role string
 
-	// validUntil is, in nanoseconds since m.base on the monotonic clock,
-	// the end of this instance's trust in its hold; 0 when not held.
-	validUntil atomic.Int64
-	token      atomic.Uint64
-	holder     atomic.Pointer[holderSnapshot]
+	// term is the term this instance last held, nil when none. Its token
+	// and trust end are one value, swapped whole, so a reader never pairs
+	// one term's token with another term's validity.
+	term   atomic.Pointer[term]
+	holder atomic.Pointer[holderSnapshot]
 
 	mu       sync.Mutex // orders apply and Close
 	closed   bool
 	claimTok uint64 // the term to renew at the next heartbeat; 0 for none
+	// unsure is set when the last heartbeat that carried this role failed:
+	// the store may have acted on it, so claimTok may be out of date.
+	unsure bool
+}
+
+// term is one held term as this instance trusts it.
+type term struct {
+	token uint64
+	// validUntil is, in nanoseconds since m.base on the monotonic clock,
+	// the end of this instance's trust in the term.
+	validUntil int64
+}
+
+// trusted reports whether t is a term still within its trust window.
+func (l *Lease) trusted(t *term) bool {
+	return t != nil && int64(time.Since(l.m.base)) < t.validUntil
 }
 
 type holderSnapshot struct {
@@ -43,19 +59,16 @@ func (l *Lease) Role() string { return l.role }
 // atomic read compared with the monotonic clock: it turns false on its own
 // when heartbeats stop succeeding, with no goroutine involved. Gate every
 // unit of leader-only work on it.
-func (l *Lease) IsHeld() bool {
-	v := l.validUntil.Load()
-	return v != 0 && int64(time.Since(l.m.base)) < v
-}
+func (l *Lease) IsHeld() bool { return l.trusted(l.term.Load()) }
 
 // Token is the fencing token of the term this instance holds, or 0 when it
-// holds none. Every takeover increments it.
+// holds none. Every takeover increments it. The token and the validity
+// check come from one snapshot of the term.
 func (l *Lease) Token() uint64 {
-	t := l.token.Load()
-	if !l.IsHeld() {
-		return 0
+	if t := l.term.Load(); l.trusted(t) {
+		return t.token
 	}
-	return t
+	return 0
 }
 
 // CurrentHolder is the instance ID of the role's holder as of the last
@@ -69,7 +82,10 @@ func (l *Lease) CurrentHolderAddress() string { return l.holder.Load().address }
 
 // Close stops claiming the role: IsHeld is false from the moment Close is
 // called, then the row is released so another instance can take over at
-// once. The role is removed from the manager's registry.
+// once. The role is removed from the manager's registry. A heartbeat in
+// flight is waited for (at most RenewInterval, or until ctx ends), so a
+// term it won is released too; when its answer never came, Close reads the
+// role's row and releases the term it finds held by this instance.
 func (l *Lease) Close(ctx context.Context) error {
 	return l.m.closeLease(ctx, l)
 }
@@ -78,6 +94,7 @@ func (l *Lease) Close(ctx context.Context) error {
 func (l *Lease) apply(rec Record, found bool, start time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.unsure = false
 	if l.closed {
 		// Not trusted any more, but remember a term the store just gave
 		// us so that the release frees it.
@@ -88,11 +105,10 @@ func (l *Lease) apply(rec Record, found bool, start time.Duration) {
 	}
 	if found && rec.Held {
 		l.claimTok = rec.Token
-		l.token.Store(rec.Token)
-		l.validUntil.Store(int64(start + l.m.cfg.LeaseDuration - l.m.cfg.HeldSafetyMargin))
+		l.term.Store(&term{token: rec.Token, validUntil: int64(start + l.m.cfg.LeaseDuration - l.m.cfg.HeldSafetyMargin)})
 	} else {
 		l.claimTok = 0
-		l.validUntil.Store(0)
+		l.term.Store(nil)
 	}
 	if found {
 		l.holder.Store(&holderSnapshot{id: rec.Holder, address: rec.HolderAddress})
@@ -113,14 +129,22 @@ func (l *Lease) stop() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
-	l.validUntil.Store(0)
+	l.term.Store(nil)
 }
 
-// takeClaim returns the term to release (0 for none) and forgets it.
-func (l *Lease) takeClaim() uint64 {
+// failed records that a heartbeat carrying this role got no answer.
+func (l *Lease) failed() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	token := l.claimTok
-	l.claimTok = 0
-	return token
+	l.unsure = true
+}
+
+// takeClaim returns the term to release (0 for none), and whether the last
+// heartbeat's outcome is unknown, and forgets both.
+func (l *Lease) takeClaim() (token uint64, unsure bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	token, unsure = l.claimTok, l.unsure
+	l.claimTok, l.unsure = 0, false
+	return token, unsure
 }

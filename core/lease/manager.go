@@ -23,17 +23,25 @@ const watchRetryDelay = time.Second
 type Manager struct {
 	cfg   Config
 	store Store
-	base  time.Time // monotonic origin of every lease's validUntil
+	base  time.Time // monotonic origin of every lease's trust end
 	reg   *Registry
 
-	beatMu sync.Mutex // one heartbeat or release at a time
-	wake   chan struct{}
+	// beat holds a token while a heartbeat or a release runs: one at a
+	// time. A channel rather than a mutex, so that a release waiting for a
+	// heartbeat is a durable block (testing/synctest can move time on).
+	beat chan struct{}
+	wake chan struct{}
 
 	mu      sync.Mutex
 	started bool
 	closed  bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	cancel  context.CancelFunc // stops the loops
+	// beats is the context of every heartbeat's store call. Close does not
+	// cancel it while a heartbeat is in flight, so a term that heartbeat
+	// wins is seen and released; only Close's own ctx ending cancels it.
+	beats       context.Context
+	cancelBeats context.CancelFunc
+	wg          sync.WaitGroup
 }
 
 // NewManager validates cfg and returns a Manager that has not started.
@@ -46,6 +54,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		store: cfg.Store,
 		base:  time.Now(),
 		reg:   newRegistry(),
+		beat:  make(chan struct{}, 1),
 		wake:  make(chan struct{}, 1),
 	}, nil
 }
@@ -139,7 +148,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		return errors.New("baton/lease: manager already started")
 	}
 	m.started = true
-	ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	base := context.WithoutCancel(ctx) // values only
+	ctx, m.cancel = context.WithCancel(base)
+	m.beats, m.cancelBeats = context.WithCancel(base)
 	m.wg.Add(1)
 	go m.heartbeatLoop(ctx)
 	if w, ok := m.store.(ReleaseWatcher); ok {
@@ -151,7 +162,11 @@ func (m *Manager) Start(ctx context.Context) error {
 
 // Close stops the heartbeat, then releases every role this instance holds so
 // others can take over at once. Every lease's IsHeld is false by the time
-// the first release is sent. It returns the first release error.
+// the first release is sent. A heartbeat in flight is not cancelled (unless
+// ctx ends first): Close waits for it, at most RenewInterval, and releases
+// any term it won; for a role whose last heartbeat got no answer, it reads
+// the row and releases the term it finds held by this instance. It returns
+// the first release error.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -159,7 +174,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		return nil
 	}
 	m.closed = true
-	cancel := m.cancel
+	cancel, cancelBeats := m.cancel, m.cancelBeats
 	m.mu.Unlock()
 
 	leases := m.reg.all()
@@ -168,8 +183,11 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	if cancel != nil {
 		cancel()
+		stopWatching := context.AfterFunc(ctx, cancelBeats)
+		m.wg.Wait()
+		stopWatching()
+		defer cancelBeats()
 	}
-	m.wg.Wait()
 	var first error
 	for _, l := range leases {
 		if err := m.release(ctx, l); err != nil && first == nil {
@@ -187,13 +205,27 @@ func (m *Manager) closeLease(ctx context.Context, l *Lease) error {
 
 // release removes a stopped lease from the heartbeat and ends its term.
 func (m *Manager) release(ctx context.Context, l *Lease) error {
-	// Hold the heartbeat lock so no heartbeat that still carries this role
-	// is in flight, and so the term released is the latest the store gave
+	// Wait for the heartbeat in flight, if any, so none that still carries
+	// this role runs, and so the term released is the latest the store gave
 	// us (a heartbeat in flight at stop may have just taken the role).
-	m.beatMu.Lock()
-	defer m.beatMu.Unlock()
 	m.reg.remove(l)
-	token := l.takeClaim()
+	select {
+	case m.beat <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("baton/lease: release %q: %w", l.role, ctx.Err())
+	}
+	defer func() { <-m.beat }()
+	token, unsure := l.takeClaim()
+	if unsure {
+		// The last heartbeat that carried this role failed, and the store
+		// may have acted on it anyway (a takeover committed, its answer
+		// lost): the row says whether a term of ours is current.
+		t, err := m.termInStore(ctx, l.role)
+		if err != nil {
+			return fmt.Errorf("baton/lease: release %q: the last heartbeat's outcome is unknown and reading the role failed: %w", l.role, err)
+		}
+		token = max(token, t)
+	}
 	if token == 0 {
 		return nil
 	}
@@ -205,6 +237,21 @@ func (m *Manager) release(ctx context.Context, l *Lease) error {
 		m.cfg.Logger.Info("role was no longer ours at release", "role", l.role, "token", token)
 	}
 	return nil
+}
+
+// termInStore is the token of the role's row when this instance is its
+// holder, else 0. Release then ends that term only if it is still current.
+func (m *Manager) termInStore(ctx context.Context, role string) (uint64, error) {
+	recs, err := m.store.Read(ctx, []string{role})
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range recs {
+		if r.Role == role && r.Holder == m.cfg.InstanceID {
+			return r.Token, nil
+		}
+	}
+	return 0, nil
 }
 
 // poke asks for a heartbeat now, without waiting for the next tick.
@@ -230,15 +277,19 @@ func (m *Manager) heartbeatLoop(ctx context.Context) {
 		case <-m.wake:
 		default:
 		}
+		began := time.Now()
 		m.heartbeat(ctx)
-		t.Reset(m.cfg.RenewInterval)
+		// Due RenewInterval after this heartbeat began, not after it
+		// ended: one that hangs until its timeout (RenewInterval) must not
+		// push the next one back, or a single lost packet costs the term.
+		t.Reset(time.Until(began.Add(m.cfg.RenewInterval)))
 	}
 }
 
 // heartbeat renews or takes every registered role in one store call.
 func (m *Manager) heartbeat(ctx context.Context) {
-	m.beatMu.Lock()
-	defer m.beatMu.Unlock()
+	m.beat <- struct{}{}
+	defer func() { <-m.beat }()
 
 	leases := m.reg.all()
 	claims := make([]Claim, 0, len(leases))
@@ -255,7 +306,10 @@ func (m *Manager) heartbeat(ctx context.Context) {
 		return
 	}
 	start := time.Since(m.base)
-	hctx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
+	// It gives up when the next one is due, so that one starts on time.
+	// Its context is not ctx: Close stops the loop but lets the heartbeat
+	// in flight finish.
+	hctx, cancel := context.WithTimeout(m.beats, m.cfg.RenewInterval)
 	recs, err := m.store.Heartbeat(hctx, HeartbeatRequest{
 		Holder:        m.cfg.InstanceID,
 		Address:       m.cfg.Address,
@@ -264,6 +318,9 @@ func (m *Manager) heartbeat(ctx context.Context) {
 	})
 	cancel()
 	if err != nil {
+		for _, l := range leases {
+			l.failed()
+		}
 		if ctx.Err() == nil {
 			m.cfg.Logger.Warn("lease heartbeat failed; held roles expire locally unless a later one succeeds",
 				"roles", len(claims), "err", err)
@@ -276,7 +333,7 @@ func (m *Manager) heartbeat(ctx context.Context) {
 	}
 	for _, l := range leases {
 		rec, found := byRole[l.role]
-		was := l.validUntil.Load() != 0
+		was := l.term.Load() != nil
 		l.apply(rec, found, start)
 		if now := rec.Held && found; now != was {
 			m.cfg.Logger.Info("role changed", "role", l.role, "held", now, "token", rec.Token, "holder", rec.Holder)

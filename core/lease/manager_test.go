@@ -147,6 +147,54 @@ func TestLease_IsHeldEndsOnItsOwnWhenHeartbeatsHang(t *testing.T) {
 	})
 }
 
+// With the default timings, one heartbeat that never answers (a lost
+// packet) must cost nothing: the next heartbeat is due RenewInterval after
+// the lost one started, and the lost one gives up by then, so the holder
+// renews its term before its trust runs out.
+func TestLease_DefaultTimingsSurviveOneHeartbeatThatNeverAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		m, err := lease.NewManager(lease.Config{Store: store, InstanceID: "solo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close(context.Background()) })
+		l := register(t, m, "maintenance")
+		start(t, m)
+		synctest.Wait()
+		time.Sleep(lease.DefaultRenewInterval / 2)
+		store.blackhole("solo", 1) // the next heartbeat is lost
+		began := time.Now()
+		for time.Since(began) < 4*lease.DefaultLeaseDuration {
+			if !l.IsHeld() {
+				t.Fatalf("not held %v after one heartbeat was lost", time.Since(began))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if l.Token() != 1 {
+			t.Fatalf("token %d after one lost heartbeat, want the first term (1) kept", l.Token())
+		}
+	})
+}
+
+// The next heartbeat counts from the start of the previous one, so a slow
+// store does not stretch the cadence.
+func TestManager_HeartbeatsStartEveryRenewIntervalHoweverLongTheyTake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		m := newManager(t, store, "a")
+		register(t, m, "maintenance")
+		start(t, m)
+		synctest.Wait()
+		store.blackhole("a", 3) // three heartbeats in a row run until their timeout
+		time.Sleep(5*testRenew - time.Millisecond)
+		synctest.Wait()
+		if got := store.heartbeats("a"); got != 5 {
+			t.Fatalf("%d heartbeats started in 5 intervals, want 5: a heartbeat that runs to its timeout delayed the next", got)
+		}
+	})
+}
+
 func TestManager_SuccessorTakesOverAfterTheHolderStopsHeartbeating(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newFakeStore()
@@ -206,6 +254,85 @@ func TestLease_CloseReleasesAndAWatchingManagerTakesOverAtOnce(t *testing.T) {
 	})
 }
 
+// A takeover that the store committed while Close ran must be released by
+// Close: a successor takes the role at once instead of waiting
+// LeaseDuration. Close lets the heartbeat in flight finish (cancelling it
+// would not stop the store from committing it, only hide the answer), and
+// when the answer never comes it reads the row.
+func TestManager_CloseReleasesATermWonByTheHeartbeatInFlight(t *testing.T) {
+	for name, lose := range map[string]func(*fakeStore){
+		"the takeover commits after Close began": func(s *fakeStore) { s.slowStatement("a", testRenew/2) },
+		"the takeover's answer is lost":          func(s *fakeStore) { s.loseReply("a") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := newFakeStore()
+				a := newManager(t, store, "a")
+				register(t, a, "maintenance")
+				lose(store) // for the first heartbeat, which takes the role
+				start(t, a)
+				synctest.Wait() // a's heartbeat is in flight
+				if err := a.Close(context.Background()); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				time.Sleep(testRenew) // whatever a's heartbeat did is done
+				b := newManager(t, store, "b")
+				lb := register(t, b, "maintenance")
+				start(t, b)
+				synctest.Wait()
+				if !lb.IsHeld() {
+					t.Fatal("the role a won while closing was not released: the successor has to wait for it to expire")
+				}
+				if lb.Token() != 2 {
+					t.Fatalf("successor token %d, want the term after a's (2)", lb.Token())
+				}
+			})
+		})
+	}
+}
+
+// Close waits for a heartbeat in flight only as long as its ctx allows.
+func TestManager_CloseWaitsForTheHeartbeatInFlightNoLongerThanItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		a := newManager(t, store, "a")
+		register(t, a, "maintenance")
+		store.blackhole("a", 1)
+		start(t, a)
+		synctest.Wait()
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), testRenew/4)
+		defer cancel()
+		a.Close(ctx)
+		if took := time.Since(began); took != testRenew/4 {
+			t.Fatalf("Close took %v, want its context's %v", took, testRenew/4)
+		}
+	})
+}
+
+// The same holds for closing one lease while a heartbeat that carries it is
+// in flight.
+func TestLease_CloseReleasesATermWonByTheHeartbeatInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		a := newManager(t, store, "a")
+		la := register(t, a, "maintenance")
+		store.loseReply("a")
+		start(t, a)
+		synctest.Wait()
+		if err := la.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		b := newManager(t, store, "b")
+		lb := register(t, b, "maintenance")
+		start(t, b)
+		synctest.Wait()
+		if !lb.IsHeld() || lb.Token() != 2 {
+			t.Fatalf("successor held=%v token=%d, want the next term (2) at once", lb.IsHeld(), lb.Token())
+		}
+	})
+}
+
 func TestManager_CloseReleasesEveryRole(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newFakeStore()
@@ -259,10 +386,14 @@ func TestNewManager_RejectsUnsafeTimings(t *testing.T) {
 	store := newFakeStore()
 	for name, cfg := range map[string]lease.Config{
 		"lease not above renew+margin": {Store: store, LeaseDuration: 5 * time.Second, RenewInterval: 3 * time.Second, HeldSafetyMargin: 2 * time.Second},
-		"negative renew":               {Store: store, RenewInterval: -time.Second},
-		"negative margin":              {Store: store, HeldSafetyMargin: -time.Second},
-		"no store":                     {},
-		"instance id with NUL":         {Store: store, InstanceID: "a\x00b"},
+		// Above RenewInterval + HeldSafetyMargin, but one failed heartbeat
+		// would end the trust before the next could renew.
+		"no room for one failed heartbeat": {Store: store, LeaseDuration: 15 * time.Second, RenewInterval: 7 * time.Second, HeldSafetyMargin: 2 * time.Second},
+		"exactly two intervals of trust":   {Store: store, LeaseDuration: 12 * time.Second, RenewInterval: 5 * time.Second, HeldSafetyMargin: 2 * time.Second},
+		"negative renew":                   {Store: store, RenewInterval: -time.Second},
+		"negative margin":                  {Store: store, HeldSafetyMargin: -time.Second},
+		"no store":                         {},
+		"instance id with NUL":             {Store: store, InstanceID: "a\x00b"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := lease.NewManager(cfg)
@@ -271,12 +402,18 @@ func TestNewManager_RejectsUnsafeTimings(t *testing.T) {
 			}
 		})
 	}
-	_, err := lease.NewManager(lease.Config{Store: store, LeaseDuration: 5 * time.Second, RenewInterval: 3 * time.Second, HeldSafetyMargin: 2 * time.Second})
+	_, err := lease.NewManager(lease.Config{Store: store, LeaseDuration: 15 * time.Second, RenewInterval: 7 * time.Second, HeldSafetyMargin: 2 * time.Second})
 	for _, field := range []string{"LeaseDuration", "RenewInterval", "HeldSafetyMargin"} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("error %q does not name %s", err, field)
 		}
 	}
+	// Just over two intervals of trust is enough.
+	m, err := lease.NewManager(lease.Config{Store: store, LeaseDuration: 12*time.Second + time.Millisecond, RenewInterval: 5 * time.Second, HeldSafetyMargin: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("LeaseDuration − HeldSafetyMargin just above 2 × RenewInterval: %v", err)
+	}
+	m.Close(context.Background())
 }
 
 func TestRegister_RejectsBadAndDuplicateRolesAndStartsNothing(t *testing.T) {

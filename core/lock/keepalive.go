@@ -84,7 +84,7 @@ type Keepalive struct {
 	mu      sync.Mutex
 	lost    chan struct{}
 	lostErr error
-	expiry  *time.Timer
+	expiry  *time.Timer // set under mu: its callback may run before StartKeepalive returns
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -107,7 +107,12 @@ func StartKeepalive(cfg KeepaliveConfig, acquiredAt time.Time) (*Keepalive, erro
 	}
 	trust := cfg.TTL - cfg.SafetyMargin
 	k.validUntil.Store(int64(trust))
+	// The timer fires at once when trust ran out before the keepalive
+	// started (a slow obtain, a pause): holding mu until the field is set
+	// makes onExpiry and markLost find it.
+	k.mu.Lock()
 	k.expiry = time.AfterFunc(time.Until(acquiredAt.Add(trust)), k.onExpiry)
+	k.mu.Unlock()
 	go k.run(ctx)
 	return k, nil
 }

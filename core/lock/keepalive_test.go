@@ -322,3 +322,38 @@ func TestKeepalive_RejectsInvalidConfig(t *testing.T) {
 		})
 	}
 }
+
+// An acquisition that took longer than its trust window (a slow obtain, a
+// GC pause between acquire and keepalive) starts a keepalive whose trust
+// has already run out: the expiry timer fires at once, and it must find the
+// keepalive fully built, close Lost and never refresh.
+func TestKeepalive_StartedAfterTrustRanOutIsLostAtOnceWithoutAPanic(t *testing.T) {
+	for range 200 {
+		refreshed := make(chan struct{}, 1)
+		k, err := lock.StartKeepalive(lock.KeepaliveConfig{
+			TTL: 30 * time.Second,
+			Refresh: func(ctx context.Context) error {
+				refreshed <- struct{}{}
+				return nil
+			},
+		}, time.Now().Add(-time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-k.Lost()
+		if k.Trusted() {
+			t.Fatal("trusted although its trust ran out before it started")
+		}
+		if !errors.Is(k.Err(), lock.ErrTrustExpired) {
+			t.Fatalf("Err = %v, want ErrTrustExpired", k.Err())
+		}
+		if k.Stop() {
+			t.Fatal("Stop reported the lock trusted")
+		}
+		select {
+		case <-refreshed:
+			t.Fatal("refreshed a lock whose trust had run out")
+		default:
+		}
+	}
+}

@@ -18,6 +18,8 @@
 //     the hold was taken away, its connection died, its TTL could not be
 //     refreshed in time, or it was released. Work done under the lock must
 //     stop when it closes.
+//   - Trusted: the same fact as Lost, asked synchronously: false once the
+//     lock can no longer be trusted, even before Lost has been closed.
 //   - Release: gives the lock up. It returns ErrNotHeld when the lock had
 //     already been lost or released, and never disturbs a newer holder.
 //
@@ -98,6 +100,14 @@ type Lock interface {
 	// Lost is closed as soon as the lock can no longer be trusted, including
 	// after Release.
 	Lost() <-chan struct{}
+	// Trusted reports, without blocking and on the monotonic clock, whether
+	// the lock may be relied on at this moment. It is false once Lost is
+	// closed, and it is already false in the moment between a lock's trust
+	// running out and Lost closing: a process resumed after a pause longer
+	// than its TTL sees false at once, before any timer or goroutine of the
+	// lock has run. Check it right before each step done under the lock;
+	// the channel alone can be late.
+	Trusted() bool
 	// Release gives the lock up. It returns ErrNotHeld if the lock had been
 	// lost or released already; a newer holder is never disturbed.
 	Release(ctx context.Context) error

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"mime"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -93,6 +96,14 @@ func toJSON(d DeadLetter) deadLetterJSON {
 //	GET  /dead/{id}           one dead letter with its payload
 //	POST /dead/{id}/requeue   requeue it as a new entry at the end of the order
 //
+// A requeue is refused when a browser says it comes from another origin
+// (http.CrossOriginProtection: Sec-Fetch-Site, or Origin against Host),
+// 403, and when its body is of a type an HTML form can send
+// (application/x-www-form-urlencoded, multipart/form-data, text/plain),
+// 415. Behind cookie authentication a page on any site could otherwise
+// make an operator's browser requeue. Clients that send no body, or JSON,
+// and pages of the handler's own origin are not affected.
+//
 // logger may be nil.
 func AdminHandler(s Store, logger *slog.Logger) http.Handler {
 	if logger == nil {
@@ -104,7 +115,44 @@ func AdminHandler(s Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /dead", a.list)
 	mux.HandleFunc("GET /dead/{id}", a.show)
 	mux.HandleFunc("POST /dead/{id}/requeue", a.requeue)
-	return mux
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.log.Warn("outbox admin: cross-origin request refused", "method", r.Method, "path", r.URL.Path,
+			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
+		writeError(w, http.StatusForbidden, "cross-origin request refused: call the admin API from its own origin, or from a client that is not a browser")
+	}))
+	return cop.Handler(noFormBodies(mux))
+}
+
+// formTypes are the request content types a browser sends cross-site
+// without asking the server first (a form, or a "simple" fetch).
+var formTypes = []string{"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"}
+
+// mediaType is a Content-Type without parameters, in lower case; a value
+// mime cannot parse is cut at its first ';'.
+func mediaType(ct string) string {
+	if mt, _, err := mime.ParseMediaType(ct); err == nil {
+		return mt
+	}
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.ToLower(strings.TrimSpace(mt))
+}
+
+// noFormBodies refuses a state-changing request whose body has one of
+// formTypes. CrossOriginProtection relies on the browser's Sec-Fetch-Site
+// or Origin; an old browser that sends neither would still be stopped.
+func noFormBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if slices.Contains(formTypes, mediaType(r.Header.Get("Content-Type"))) {
+				writeError(w, http.StatusUnsupportedMediaType, "a form body is refused: send no body, or application/json")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 type admin struct {

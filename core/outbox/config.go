@@ -24,6 +24,8 @@ const (
 	DefaultRetentionWindow       = 7 * 24 * time.Hour
 	DefaultRetentionInterval     = time.Hour
 	DefaultRetentionBatchSize    = 1000
+	DefaultRetentionBatchPause   = 100 * time.Millisecond
+	DefaultRetentionSweepBudget  = 10 * time.Minute
 
 	// RetentionLockSuffix makes the default RetentionLockName from the
 	// LeaderLockName, so renaming the driver's lock renames retention's.
@@ -81,8 +83,17 @@ type Config struct {
 	RetentionWindow time.Duration
 	// RetentionInterval is the pause between retention sweeps.
 	RetentionInterval time.Duration
-	// RetentionBatchSize bounds the rows one sweep deletes per table.
+	// RetentionBatchSize bounds the rows one delete statement of a sweep
+	// removes. A sweep repeats the statement until it is caught up (a
+	// batch finds fewer) or RetentionSweepBudget is spent.
 	RetentionBatchSize int
+	// RetentionBatchPause is the pause between two batches of a sweep, so
+	// a sweep working off a backlog leaves the database room for the rest.
+	RetentionBatchPause time.Duration
+	// RetentionSweepBudget bounds how long one sweep goes on; the next
+	// sweep, RetentionInterval later, continues where it stopped. Every
+	// sweep runs at least one batch per table.
+	RetentionSweepBudget time.Duration
 	// RetentionDisabled turns the retention loop off.
 	RetentionDisabled bool
 	// RetentionLockName is retention's own lock. It must differ from
@@ -128,6 +139,8 @@ func (c *Config) validate() error {
 		{"DeadLetterNoticeEvery", &c.DeadLetterNoticeEvery, DefaultDeadLetterNoticeEvery},
 		{"RetentionWindow", &c.RetentionWindow, DefaultRetentionWindow},
 		{"RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval},
+		{"RetentionBatchPause", &c.RetentionBatchPause, DefaultRetentionBatchPause},
+		{"RetentionSweepBudget", &c.RetentionSweepBudget, DefaultRetentionSweepBudget},
 	}
 	for _, f := range durations {
 		switch {

@@ -32,13 +32,24 @@
 //	         the pass (everything after it is "not attempted"); an error, a
 //	         panic or a wrong count of outcomes retries the whole run
 //	settle   one transaction: cursor compare-and-set from the pass's start,
-//	         parked entries moved to the dead letters, state stamps upserted
+//	         parked entries copied to the dead letters, state stamps upserted
 //
-// A pass whose leader loses its lock (Lost closes) stops at once and
-// settles nothing. A settlement that finds the cursor moved (another
-// leader settled) is discarded and this leader steps down: the cursor never
-// goes backwards. Delivery is therefore at least once, and destinations
-// must be idempotent; the entry id is the idempotency key.
+// Before every run and every settlement the leader asks its lock
+// Trusted(), synchronously on the monotonic clock (Lost is closed by a
+// timer, which a goroutine resumed after a pause can outrun); a pass whose
+// lock is lost or no longer trusted stops at once and settles nothing. A
+// settlement that finds the cursor moved (another leader settled) is
+// discarded and this leader steps down: the cursor never goes backwards.
+// Processors get the leader's fencing token on the context (FencingToken)
+// to send to the destination, which can refuse a deposed leader; a
+// processor reports that as ErrFenced, and the leader steps down without
+// settling. Delivery is at least once, and destinations must be
+// idempotent; the entry id is the idempotency key.
+//
+// Reasons and errors are made storable (StorableReason) before any store
+// sees them, so nothing a processor returns can make a settlement fail.
+// Parking copies an entry to the dead letters and leaves it below the
+// cursor until retention, so its id is never free between the two.
 //
 // # States of a driver
 //
@@ -53,9 +64,15 @@
 //
 // State is a set of keys (last_scanned_xid, last_scan_at, first_stuck_at,
 // …); an absent key reads as its default. first_stuck_at is set when a pass
-// ends in a retry and cleared by one that delivered or found nothing; when
-// the streak has lasted StuckAfter a stuck notice goes to Notify, at most
-// once per StuckNoticeEvery. Parked entries raise a throttled dead-letter
+// ends in a retry or fails and cleared by a settled one that delivered or
+// found nothing; when the streak has lasted StuckAfter a stuck notice goes
+// to Notify, at most once per StuckNoticeEvery. The leader keeps the streak
+// and the throttles in memory too, so the notice comes while nothing can be
+// stored (the database unreachable, settlements failing). A stored cursor
+// ahead of the database's transaction counter (Store.NextXID), which a
+// logical restore into another cluster leaves, makes the driver refuse to
+// walk (ErrCursorAhead) and notify at once; `baton outbox rebase` repairs
+// it. Parked entries raise a throttled dead-letter
 // notice. An idle outbox never raises stuck. There is no lag metric: a
 // cursor-based lag is wrong in both directions (it climbs on an idle
 // outbox while unrelated transactions advance, and reads zero when a long
@@ -63,10 +80,11 @@
 //
 // # Retention
 //
-// Its own loop and lock (RetentionLockName): every RetentionInterval, at
-// most RetentionBatchSize delivered entries at or below the cursor and
-// older than RetentionWindow are deleted, and as many requeued dead
-// letters. The walk reads only above the cursor, so the driver and
+// Its own loop and lock (RetentionLockName): every RetentionInterval a
+// sweep deletes delivered (and parked) entries at or below the cursor and
+// older than RetentionWindow, and requeued dead letters past it, in
+// statements of at most RetentionBatchSize rows, RetentionBatchPause
+// apart, until it is caught up or RetentionSweepBudget is spent. The walk reads only above the cursor, so the driver and
 // retention never touch the same rows, and different instances may lead
 // each. Dead letters never requeued are kept until an operator acts
 // (AdminHandler: list, show, requeue).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -68,8 +67,9 @@ func (d *Driver) leaderLoop(ctx context.Context) {
 
 // lead walks the outbox until ctx ends, the lock is lost, or another
 // leader's settlement shows this one was deposed.
-func (d *Driver) lead(ctx context.Context, lk lock.Lock) {
-	ctx, cancel := context.WithCancel(ctx)
+func (d *Driver) lead(parent context.Context, lk lock.Lock) {
+	// Every call under this term carries the term's fencing token.
+	ctx, cancel := context.WithCancel(WithFencingToken(parent, lk.Token()))
 	defer cancel()
 	go func() { // owned: ends with ctx, which lead cancels on return
 		select {
@@ -79,13 +79,18 @@ func (d *Driver) lead(ctx context.Context, lk lock.Lock) {
 		}
 	}()
 
-	w := &walker{d: d}
+	w := &walker{d: d, lk: lk}
 	for ctx.Err() == nil {
 		if !w.loaded {
 			if err := w.load(ctx); err != nil {
-				if ctx.Err() == nil {
-					d.cfg.Logger.Warn("outbox: reading state failed", "err", err)
+				if ctx.Err() != nil {
+					return
 				}
+				d.cfg.Logger.Warn("outbox: reading state failed", "err", err)
+				// Nothing can be stored, but the streak goes on in memory.
+				now := time.Now()
+				w.h.fail(now, Entry{}, "reading the outbox state: "+err.Error(), false)
+				d.notifyStuck(ctx, &w.h, now, false)
 				if !sleep(ctx, nil, d.cfg.ErrorDelay) {
 					return
 				}
@@ -121,10 +126,20 @@ func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
 
 // walker is one leadership term's view of the walk.
 type walker struct {
-	d      *Driver
+	d  *Driver
+	lk lock.Lock
+	// loaded says cur was read from the store; it is read again after a
+	// settlement that failed, since the stored cursor is the truth.
 	loaded bool
 	cur    Cursor
-	state  map[string]string
+	// h is the term's health, kept in memory (see health); merged says the
+	// stored stamps were folded into it.
+	h      health
+	merged bool
+	// checkCounter asks the next pass to compare the cursor with the
+	// transaction counter: after loading it, and whenever the walk has
+	// caught up (a restore in between would leave it ahead for good).
+	checkCounter bool
 }
 
 func (w *walker) load(ctx context.Context) error {
@@ -136,10 +151,11 @@ func (w *walker) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if st == nil {
-		st = map[string]string{}
+	if !w.merged {
+		w.h.merge(storedHealth(st))
+		w.merged = true
 	}
-	w.cur, w.state, w.loaded = cur, st, true
+	w.cur, w.loaded, w.checkCounter = cur, true, true
 	return nil
 }
 
@@ -160,13 +176,32 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		return cfg.IdleDelay, false
 	}
 	now := time.Now()
+	if w.checkCounter {
+		next, err := cfg.Store.NextXID(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return 0, false
+			}
+			cfg.Logger.Warn("outbox: reading the transaction counter failed", "err", err)
+			return w.settleFailure(ctx, now, stopInfo{reason: "reading the transaction counter: " + err.Error()}, false)
+		case w.cur.XID >= next:
+			// Waiting cannot mend it: notify at once, and check again
+			// next pass, in case an operator repaired it meanwhile.
+			err := fmt.Errorf("%w: the cursor is at xid %d and the next xid of this database is %d; it was restored logically (pg_dump/pg_restore) from another cluster, and entries written since would never be delivered; repair it with `baton outbox rebase` (see docs/outbox.md, Logical restore)",
+				ErrCursorAhead, w.cur.XID, next)
+			cfg.Logger.Error("outbox: refusing to walk", "err", err)
+			return w.settleFailure(ctx, now, stopInfo{reason: err.Error()}, true)
+		}
+		w.checkCounter = false
+	}
 	entries, err := cfg.Store.Scan(ctx, w.cur, cfg.BatchSize)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, false
 		}
 		cfg.Logger.Warn("outbox: scan failed", "err", err)
-		return w.settleFailure(ctx, now, stopInfo{reason: "scan: " + err.Error()})
+		return w.settleFailure(ctx, now, stopInfo{reason: "scan: " + err.Error()}, false)
 	}
 
 	to := w.cur
@@ -178,6 +213,9 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 	for _, run := range splitRuns(entries) {
 		if ctx.Err() != nil {
 			return 0, false // lost or shutting down: settle nothing
+		}
+		if !w.trusted("delivering a run") {
+			return 0, true
 		}
 		proc, ok := d.procs[run[0].Lane]
 		if !ok {
@@ -191,6 +229,11 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		outcomes, err := deliver(ctx, proc, run)
 		if ctx.Err() != nil {
 			return 0, false
+		}
+		if errors.Is(err, ErrFenced) {
+			cfg.Logger.Warn("outbox: the destination refused this leader's fencing token; settling nothing and giving up leadership",
+				"lane", run[0].Lane, "token", w.lk.Token(), "err", err)
+			return 0, true
 		}
 		if err == nil && len(outcomes) != len(run) {
 			err = fmt.Errorf("processor defect: %d outcomes for a run of %d entries", len(outcomes), len(run))
@@ -208,7 +251,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 				delivered++
 				to = e.Cursor()
 			case KindPark:
-				parked = append(parked, Parked{Entry: e, Reason: o.Reason})
+				parked = append(parked, Parked{Entry: e, Reason: StorableReason(o.Reason)})
 				to = e.Cursor()
 			default:
 				stop = &stopInfo{entry: e, reason: o.Reason, retryAfter: o.RetryAfter}
@@ -228,18 +271,20 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		cfg.Logger.Warn("outbox: entry parked", "id", p.Entry.ID, "lane", p.Entry.Lane, "reason", p.Reason)
 	}
 
-	stamps := map[string]*string{KeyLastScanAt: stamp(now)}
+	next := w.h
 	if stop != nil {
-		w.failureStamps(ctx, stamps, now, *stop, delivered > 0)
+		next.fail(now, stop.entry, stop.reason, delivered > 0)
+		d.notifyStuck(ctx, &next, now, false)
 	} else {
-		// Progress, or nothing to do: the failing streak is over.
-		stamps[KeyFirstStuckAt] = nil
-		stamps[KeyFailedAttempts] = nil
+		next.ok() // progress, or nothing to do: the failing streak is over
 	}
 	if len(parked) > 0 {
-		w.deadLetterStamps(ctx, stamps, now, parked)
+		d.notifyDeadLetters(ctx, &next, now, parked)
 	}
-	err = cfg.Store.Settle(ctx, Settlement{From: w.cur, To: to, Park: parked, State: stamps})
+	if !w.trusted("settling") {
+		return 0, true
+	}
+	err = cfg.Store.Settle(ctx, Settlement{From: w.cur, To: to, Park: parked, State: next.stamps(now)})
 	switch {
 	case errors.Is(err, ErrCursorMoved):
 		cfg.Logger.Warn("outbox: another leader settled meanwhile; this pass is discarded and leadership given up")
@@ -250,99 +295,66 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 			return 0, false
 		}
 		cfg.Logger.Warn("outbox: settling the pass failed; its entries will be delivered again", "err", err)
+		// Nothing of this pass counts as progress, but the notices it sent
+		// do: the next pass must not send them again.
+		failed := w.h
+		failed.stuckNotice, failed.deadLetterAt, failed.deadNotice = next.stuckNotice, next.deadLetterAt, next.deadNotice
+		at := Entry{}
+		if stop != nil {
+			at = stop.entry
+		}
+		failed.fail(now, at, "settling the pass failed: "+err.Error(), false)
+		d.notifyStuck(ctx, &failed, now, false)
+		w.h = failed
 		w.loaded = false // re-read: the stored cursor is the truth
 		return cfg.ErrorDelay, false
 	}
-	w.apply(stamps, to)
+	w.h, w.cur = next, to
+	w.checkCounter = len(entries) < cfg.BatchSize
 
 	switch {
 	case stop != nil && stop.retryAfter > 0:
 		return stop.retryAfter, false
 	case stop != nil:
 		return cfg.ErrorDelay, false
-	case len(entries) == cfg.BatchSize:
-		return 0, false // more may be waiting: straight on
+	case len(entries) == cfg.BatchSize, !ScanHasRoom(ScanBytes(entries)):
+		return 0, false // a full batch, by count or by bytes: more may be waiting, straight on
 	default:
 		return cfg.IdleDelay, false
 	}
 }
 
 // settleFailure records a failed pass that delivered nothing (the scan
-// itself failed) without moving the cursor.
-func (w *walker) settleFailure(ctx context.Context, now time.Time, s stopInfo) (time.Duration, bool) {
-	stamps := map[string]*string{}
-	w.failureStamps(ctx, stamps, now, s, false)
-	err := w.d.cfg.Store.Settle(ctx, Settlement{From: w.cur, To: w.cur, State: stamps})
-	switch {
-	case errors.Is(err, ErrCursorMoved):
+// itself failed, or the walk was refused) without moving the cursor;
+// atOnce raises the stuck notice without waiting for StuckAfter.
+func (w *walker) settleFailure(ctx context.Context, now time.Time, s stopInfo, atOnce bool) (time.Duration, bool) {
+	d := w.d
+	next := w.h
+	next.fail(now, s.entry, s.reason, false)
+	d.notifyStuck(ctx, &next, now, atOnce)
+	w.h = next // a failure whether or not it can be stored
+	if !w.trusted("settling") {
+		return 0, true
+	}
+	err := d.cfg.Store.Settle(ctx, Settlement{From: w.cur, To: w.cur, State: next.stamps(now)})
+	if errors.Is(err, ErrCursorMoved) {
 		w.loaded = false
 		return 0, true
-	case err == nil:
-		w.apply(stamps, w.cur)
 	}
-	return w.d.cfg.ErrorDelay, false
+	return d.cfg.ErrorDelay, false
 }
 
-// failureStamps records a pass that ended in a retry, and raises the stuck
-// notice when the streak is old enough and the last one long enough ago.
-func (w *walker) failureStamps(ctx context.Context, stamps map[string]*string, now time.Time, s stopInfo, progressed bool) {
-	cfg := &w.d.cfg
-	failed, _ := strconv.Atoi(w.state[KeyFailedAttempts])
-	stamps[KeyFailedAttempts] = ptr(strconv.Itoa(failed + 1))
-	reason := s.reason
-	if s.entry.Lane != "" {
-		reason = fmt.Sprintf("lane %s, entry %s: %s", s.entry.Lane, s.entry.ID, s.reason)
+// trusted asks the lock, synchronously, whether this leader may still act:
+// Lost is closed by a timer, which a goroutine resumed after a pause can
+// outrun. When the answer is no, the pass ends without settling and the
+// leader steps down.
+func (w *walker) trusted(before string) bool {
+	if w.lk.Trusted() {
+		return true
 	}
-	stamps[KeyLastError] = ptr(reason)
-
-	since, ok := parseStamp(w.state[KeyFirstStuckAt])
-	if !ok || progressed {
-		// A new streak: the first retry after progress, or the first ever.
-		since = now
-	}
-	stamps[KeyFirstStuckAt] = stamp(since)
-	if now.Sub(since) < cfg.StuckAfter {
-		return
-	}
-	if last, ok := parseStamp(w.state[KeyLastStuckNotificationAt]); ok && now.Sub(last) < cfg.StuckNoticeEvery {
-		return
-	}
-	n := Notice{Kind: NoticeStuck, Lane: s.entry.Lane, EntryID: s.entry.ID, Since: since, LastError: s.reason, At: now}
-	if err := cfg.Notify(ctx, n); err != nil {
-		cfg.Logger.Warn("outbox: the stuck notice could not be sent", "err", err)
-		return
-	}
-	stamps[KeyLastStuckNotificationAt] = stamp(now)
-}
-
-// deadLetterStamps records parked entries and raises the (throttled)
-// dead-letter notice.
-func (w *walker) deadLetterStamps(ctx context.Context, stamps map[string]*string, now time.Time, parked []Parked) {
-	cfg := &w.d.cfg
-	stamps[KeyLastDeadLetterAt] = stamp(now)
-	if last, ok := parseStamp(w.state[KeyLastDeadLetterNotificationAt]); ok && now.Sub(last) < cfg.DeadLetterNoticeEvery {
-		return
-	}
-	first := parked[0]
-	n := Notice{Kind: NoticeDeadLetter, Lane: first.Entry.Lane, EntryID: first.Entry.ID, LastError: first.Reason, Parked: len(parked), At: now}
-	if err := cfg.Notify(ctx, n); err != nil {
-		cfg.Logger.Warn("outbox: the dead-letter notice could not be sent", "err", err)
-		return
-	}
-	stamps[KeyLastDeadLetterNotificationAt] = stamp(now)
-}
-
-// apply mirrors a successful settlement in the walker's view.
-func (w *walker) apply(stamps map[string]*string, to Cursor) {
-	for k, v := range stamps {
-		if v == nil {
-			delete(w.state, k)
-		} else {
-			w.state[k] = *v
-		}
-	}
-	w.cur = to
-	w.state[KeyLastScannedXID], w.state[KeyLastScannedID] = CursorState(to)
+	w.d.cfg.Logger.Warn("outbox: the leader lock can no longer be trusted; giving up leadership without "+before,
+		"lock", w.lk.Name(), "token", w.lk.Token())
+	return false
 }
 
 // deliver calls the processor, turning a panic into an error.

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -793,6 +795,8 @@ func TestNew_RejectsEveryInvalidOptionNamingIt(t *testing.T) {
 		"RetentionLockName":     func(c *outbox.Config) { c.RetentionLockName = outbox.DefaultLeaderLockName },
 		"LeaderLockName":        func(c *outbox.Config) { c.LeaderLockName = strings.Repeat("n", 200) },
 		"DeadLetterNoticeEvery": func(c *outbox.Config) { c.DeadLetterNoticeEvery = -time.Second },
+		"RetentionBatchPause":   func(c *outbox.Config) { c.RetentionBatchPause = -time.Second },
+		"RetentionSweepBudget":  func(c *outbox.Config) { c.RetentionSweepBudget = -time.Second },
 		"Processors[1]": func(c *outbox.Config) {
 			c.Processors = []outbox.Processor{&recorder{lane: "a"}, &recorder{lane: "a"}}
 		},
@@ -811,3 +815,475 @@ func TestNew_RejectsEveryInvalidOptionNamingIt(t *testing.T) {
 }
 
 var _ = json.Valid
+
+// failingStore is a memory store whose calls fail on demand: down makes
+// every call fail, as an unreachable database would; settleFails makes
+// only settlements fail.
+type failingStore struct {
+	*memory.OutboxStore
+	down, settleFails atomic.Bool
+}
+
+var errUnreachable = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+
+func (s *failingStore) Scan(ctx context.Context, after outbox.Cursor, limit int) ([]outbox.Entry, error) {
+	if s.down.Load() {
+		return nil, errUnreachable
+	}
+	return s.OutboxStore.Scan(ctx, after, limit)
+}
+
+func (s *failingStore) Settle(ctx context.Context, st outbox.Settlement) error {
+	switch {
+	case s.down.Load():
+		return errUnreachable
+	case s.settleFails.Load():
+		return errors.New("could not extend file: No space left on device")
+	}
+	return s.OutboxStore.Settle(ctx, st)
+}
+
+func (s *failingStore) State(ctx context.Context) (map[string]string, error) {
+	if s.down.Load() {
+		return nil, errUnreachable
+	}
+	return s.OutboxStore.State(ctx)
+}
+
+// With the database gone nothing can be stored, so the failing streak must
+// be kept in memory: the stuck notice is the one users alert on.
+func TestDriver_RaisesTheStuckNoticeWhileTheDatabaseIsUnreachable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		fs := &failingStore{OutboxStore: r.store}
+		cfg := r.config(&recorder{lane: "a"})
+		cfg.Store = fs
+		r.commit("a")
+		r.run(cfg)
+		synctest.Wait()
+		fs.down.Store(true)
+		downAt := time.Now()
+		time.Sleep(30 * time.Minute)
+		synctest.Wait()
+		n := r.notes.of(outbox.NoticeStuck)
+		if len(n) != 2 {
+			t.Fatalf("%d stuck notices in 30 minutes without a database, want 2 (after StuckAfter, then one per 15 minutes)", len(n))
+		}
+		if !strings.Contains(n[0].LastError, "connection refused") || n[0].Since.Before(downAt) || n[0].At.Sub(n[0].Since) < outbox.DefaultStuckAfter {
+			t.Fatalf("notice %+v: want the last error, a streak that began at the outage and lasted StuckAfter", n[0])
+		}
+		fs.down.Store(false)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if _, ok := r.state()[outbox.KeyFirstStuckAt]; ok {
+			t.Fatal("first_stuck_at still set after the database came back and a pass found nothing to do")
+		}
+	})
+}
+
+// A retry whose settlement cannot be stored is still a failing streak.
+func TestDriver_RaisesTheStuckNoticeForARetryWhoseSettlementsFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		fs := &failingStore{OutboxStore: r.store}
+		fs.settleFails.Store(true)
+		rec := &recorder{lane: "a"}
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			return all(len(run), outbox.Retry("503 unavailable")), nil
+		})
+		cfg := r.config(rec)
+		cfg.Store = fs
+		r.commit("a")
+		r.run(cfg)
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		if n := r.notes.of(outbox.NoticeStuck); len(n) != 1 {
+			t.Fatalf("%d stuck notices in 10 minutes of retries whose settlements fail, want 1", len(n))
+		}
+	})
+}
+
+// The throttle's stamp is written by the settlement; when settlements
+// fail, it must hold in memory, or every pass notifies again.
+func TestDriver_ThrottlesDeadLetterNoticesWhileSettlementsFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		fs := &failingStore{OutboxStore: r.store}
+		fs.settleFails.Store(true)
+		rec := &recorder{lane: "a"}
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) { return all(len(run), outbox.Park("409")), nil })
+		cfg := r.config(rec)
+		cfg.Store = fs
+		r.commit("a")
+		r.run(cfg)
+		time.Sleep(20 * time.Minute)
+		synctest.Wait()
+		if calls, n := rec.calls(), r.notes.of(outbox.NoticeDeadLetter); calls < 30 || len(n) != 2 {
+			t.Fatalf("%d dead-letter notices in 20 minutes of %d passes, want 2 (one per 15 minutes)", len(n), calls)
+		}
+	})
+}
+
+// distrustful hands out memory locks whose trust a test can end without
+// Lost closing: the moment between a TTL lock's trust running out and its
+// timer firing, which a process resumed after a pause is in.
+type distrustful struct {
+	*locksmemory.Provider
+	mu    sync.Mutex
+	locks []*distrustedLock
+}
+
+type distrustedLock struct {
+	lock.Lock
+	untrusted, released atomic.Bool
+}
+
+func (l *distrustedLock) Trusted() bool { return !l.untrusted.Load() && l.Lock.Trusted() }
+
+func (l *distrustedLock) Release(ctx context.Context) error {
+	l.released.Store(true)
+	return l.Lock.Release(ctx)
+}
+
+func (p *distrustful) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
+	l, err := p.Provider.Acquire(ctx, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	d := &distrustedLock{Lock: l}
+	if name == outbox.DefaultLeaderLockName {
+		p.mu.Lock()
+		p.locks = append(p.locks, d)
+		p.mu.Unlock()
+	}
+	return d, nil
+}
+
+func (p *distrustful) leader(i int) *distrustedLock {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i >= len(p.locks) {
+		return nil
+	}
+	return p.locks[i]
+}
+
+func TestDriver_DeliversNothingUnderALockNoLongerTrustedThoughLostIsOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		locks := &distrustful{Provider: r.locks}
+		var sawStale atomic.Bool
+		rec := &recorder{lane: "a"}
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			if first := locks.leader(0); first.untrusted.Load() && !first.released.Load() {
+				sawStale.Store(true)
+			}
+			return all(len(run), outbox.Delivered()), nil
+		})
+		cfg := r.config(rec)
+		cfg.Locks = locks
+		r.run(cfg)
+		synctest.Wait()
+		locks.leader(0).untrusted.Store(true) // trust ran out; no timer has fired yet
+		e := r.commit("a")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if sawStale.Load() {
+			t.Fatal("the driver delivered a run under a lock whose trust had run out")
+		}
+		if !locks.leader(0).released.Load() || locks.leader(1) == nil {
+			t.Fatal("the driver kept leading under a lock it could no longer trust")
+		}
+		if got := ids(rec.delivered()); fmt.Sprint(got) != fmt.Sprint(e) {
+			t.Fatalf("delivered %v, want %v under the new lock", got, e)
+		}
+	})
+}
+
+func TestDriver_SettlesNothingWhenTrustEndsDuringDelivery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		locks := &distrustful{Provider: r.locks}
+		r.commit("a", "a")
+		rec := &recorder{lane: "a"}
+		var once sync.Once
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			once.Do(func() { locks.leader(0).untrusted.Store(true) })
+			return all(len(run), outbox.Delivered()), nil
+		})
+		cfg := r.config(rec)
+		cfg.Locks = locks
+		var settled []outbox.Settlement
+		var mu sync.Mutex
+		cfg.Store = settleWatch{OutboxStore: r.store, seen: func(s outbox.Settlement) {
+			mu.Lock()
+			defer mu.Unlock()
+			if l := locks.leader(0); l.untrusted.Load() && !l.released.Load() {
+				settled = append(settled, s)
+			}
+		}}
+		r.run(cfg)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(settled) != 0 {
+			t.Fatalf("a pass whose lock's trust ended during delivery settled: %+v", settled[0])
+		}
+	})
+}
+
+type settleWatch struct {
+	*memory.OutboxStore
+	seen func(outbox.Settlement)
+}
+
+func (s settleWatch) Settle(ctx context.Context, st outbox.Settlement) error {
+	s.seen(st)
+	return s.OutboxStore.Settle(ctx, st)
+}
+
+func TestDriver_HandsTheLeadersFencingTokenToProcessorsThroughTheContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		// Two acquisitions before the driver's: its token is 3.
+		for range 2 {
+			l, err := r.locks.Acquire(context.Background(), outbox.DefaultLeaderLockName, lock.AcquireOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Release(context.Background())
+		}
+		r.commit("a")
+		var got []uint64
+		var mu sync.Mutex
+		proc := outbox.ProcessorFunc{LaneName: "a", Func: func(ctx context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
+			tok, ok := outbox.FencingToken(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				got = append(got, tok)
+			}
+			return all(len(run), outbox.Delivered()), nil
+		}}
+		r.run(r.config(proc))
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if fmt.Sprint(got) != "[3]" {
+			t.Fatalf("processors saw fencing tokens %v, want the leader's [3]", got)
+		}
+		if _, ok := outbox.FencingToken(context.Background()); ok {
+			t.Fatal("FencingToken reports a token on a context the driver never touched")
+		}
+	})
+}
+
+func TestDriver_StepsDownWithoutSettlingWhenTheDestinationRefusesItsToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		locks := &distrustful{Provider: r.locks}
+		r.commit("a")
+		rec := &recorder{lane: "a"}
+		var once sync.Once
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			fenced := false
+			once.Do(func() { fenced = true })
+			if fenced {
+				return nil, fmt.Errorf("engine: 409: token 1 is below 2: %w", outbox.ErrFenced)
+			}
+			return all(len(run), outbox.Delivered()), nil
+		})
+		cfg := r.config(rec)
+		cfg.Locks = locks
+		r.run(cfg)
+		synctest.Wait()
+		if !locks.leader(0).released.Load() {
+			t.Fatal("a leader whose token the destination refused kept its lock")
+		}
+		// It stepped down at once and settled nothing: no failure was
+		// recorded, and the next leader delivered the entry.
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if st := r.state(); st[outbox.KeyFailedAttempts] != "" || strings.Contains(st[outbox.KeyLastError], "token") {
+			t.Fatalf("the fenced pass was settled as a failure: %v", st)
+		}
+		if rec.calls() != 2 || r.cursor().IsZero() {
+			t.Fatalf("%d deliveries, cursor %v; want the entry delivered by the next leader", rec.calls(), r.cursor())
+		}
+	})
+}
+
+// sweepWatch records every retention delete: when, and how many rows.
+type sweepWatch struct {
+	*memory.OutboxStore
+	mu        sync.Mutex
+	delivered []sweepCall
+	requeued  []sweepCall
+}
+
+type sweepCall struct {
+	at time.Time
+	n  int
+}
+
+func (s *sweepWatch) DeleteDelivered(ctx context.Context, upTo outbox.Cursor, window time.Duration, limit int) (int, error) {
+	n, err := s.OutboxStore.DeleteDelivered(ctx, upTo, window, limit)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delivered = append(s.delivered, sweepCall{time.Now(), n})
+	return n, err
+}
+
+func (s *sweepWatch) DeleteRequeued(ctx context.Context, window time.Duration, limit int) (int, error) {
+	n, err := s.OutboxStore.DeleteRequeued(ctx, window, limit)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requeued = append(s.requeued, sweepCall{time.Now(), n})
+	return n, err
+}
+
+func (s *sweepWatch) calls() (delivered, requeued []sweepCall) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.delivered), slices.Clone(s.requeued)
+}
+
+func total(calls []sweepCall) int {
+	n := 0
+	for _, c := range calls {
+		n += c.n
+	}
+	return n
+}
+
+// retentionBacklog commits n entries, parks and requeues the first
+// requeued of them, and settles the cursor past all n: a backlog for
+// retention once the window has passed.
+func (r *rig) retentionBacklog(n, requeued int) {
+	r.t.Helper()
+	ctx := context.Background()
+	var all []outbox.ID
+	for len(all) < n {
+		lanes := make([]string, min(100, n-len(all)))
+		for i := range lanes {
+			lanes[i] = "a"
+		}
+		all = append(all, r.commit(lanes...)...)
+	}
+	es, err := r.store.Scan(ctx, outbox.Cursor{}, n)
+	if err != nil || len(es) != n {
+		r.t.Fatalf("Scan = %d entries, %v; want %d", len(es), err, n)
+	}
+	park := make([]outbox.Parked, requeued)
+	for i := range park {
+		park[i] = outbox.Parked{Entry: es[i], Reason: "refused"}
+	}
+	if err := r.store.Settle(ctx, outbox.Settlement{To: es[n-1].Cursor(), Park: park}); err != nil {
+		r.t.Fatal(err)
+	}
+	for _, p := range park {
+		if err := r.store.Requeue(ctx, p.Entry.ID, outbox.NewID()); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+func TestRetention_OneSweepGoesOnInBatchesWithAPauseUntilCaughtUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		r.retentionBacklog(2500, 250)
+		time.Sleep(2 * time.Minute) // past the window
+		watch := &sweepWatch{OutboxStore: r.store}
+		cfg := r.config() // no processors: only retention works
+		cfg.Store = watch
+		cfg.RetentionDisabled = false
+		cfg.RetentionWindow = time.Minute
+		cfg.RetentionBatchSize = 100
+		cfg.RetentionInterval = time.Hour
+		start := time.Now()
+		r.run(cfg)
+		time.Sleep(30 * time.Minute) // well within the first interval
+		synctest.Wait()
+		delivered, requeued := watch.calls()
+		if got := total(delivered); got != 2500 || len(delivered) != 26 {
+			t.Fatalf("the first sweep deleted %d entries in %d batches; want all 2500, in 25 full batches and one that found the rest caught up", got, len(delivered))
+		}
+		for i := 1; i < len(delivered); i++ {
+			if gap := delivered[i].at.Sub(delivered[i-1].at); gap != outbox.DefaultRetentionBatchPause {
+				t.Fatalf("batch %d came %v after the one before; want the pause, %v", i, gap, outbox.DefaultRetentionBatchPause)
+			}
+		}
+		if got := total(requeued); got != 250 || len(requeued) != 3 {
+			t.Fatalf("the first sweep deleted %d requeued dead letters in %d batches; want all 250 in 3", got, len(requeued))
+		}
+		if end := requeued[len(requeued)-1].at; end.Sub(start) >= outbox.DefaultRetentionSweepBudget {
+			t.Fatalf("the sweep ran %v, past its budget", end.Sub(start))
+		}
+	})
+}
+
+func TestRetention_ASweepStopsWhenItsBudgetIsSpentAndTheNextGoesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		r.retentionBacklog(2500, 0)
+		time.Sleep(2 * time.Minute)
+		watch := &sweepWatch{OutboxStore: r.store}
+		cfg := r.config()
+		cfg.Store = watch
+		cfg.RetentionDisabled = false
+		cfg.RetentionWindow = time.Minute
+		cfg.RetentionBatchSize = 100
+		cfg.RetentionInterval = time.Hour
+		cfg.RetentionBatchPause = time.Second
+		cfg.RetentionSweepBudget = 5 * time.Second
+		r.run(cfg)
+		time.Sleep(30 * time.Minute)
+		synctest.Wait()
+		delivered, _ := watch.calls()
+		if got := total(delivered); got != 600 || len(delivered) != 6 {
+			t.Fatalf("a sweep with a 5s budget and 1s pauses deleted %d entries in %d batches; want 600 in 6 (at 0s to 5s)", got, len(delivered))
+		}
+		time.Sleep(time.Hour) // the next sweep
+		synctest.Wait()
+		if delivered, _ := watch.calls(); total(delivered) != 1200 {
+			t.Fatalf("after the second sweep %d entries are deleted, want 1200", total(delivered))
+		}
+	})
+}
+
+// After a logical restore into another cluster the stored cursor is above
+// every xid the new cluster hands out: new entries would sort below it and
+// the walk would never reach them. The driver refuses to walk, says why,
+// and raises the stuck notice at once (waiting cannot mend it).
+func TestDriver_RefusesToWalkWhenTheStoredCursorIsAheadOfTheTransactionCounter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		restored := outbox.Cursor{XID: 5<<32 + 1234, ID: outbox.NewID()}
+		if err := r.store.Settle(context.Background(), outbox.Settlement{To: restored}); err != nil {
+			t.Fatal(err)
+		}
+		r.commit("a")
+		rec := &recorder{lane: "a"}
+		r.run(r.config(rec))
+		synctest.Wait()
+		n := r.notes.of(outbox.NoticeStuck)
+		if len(n) != 1 || !strings.Contains(n[0].LastError, "ahead of") || !strings.Contains(n[0].LastError, "baton outbox rebase") {
+			t.Fatalf("stuck notices %+v; want one at once, saying the cursor is ahead of the transaction counter and how to repair it", n)
+		}
+		time.Sleep(20 * time.Minute)
+		synctest.Wait()
+		if c := rec.calls(); c != 0 {
+			t.Fatalf("the driver delivered %d runs from a cursor ahead of the transaction counter", c)
+		}
+		st := r.state()
+		if !strings.Contains(st[outbox.KeyLastError], "ahead of") || st[outbox.KeyFirstStuckAt] == "" {
+			t.Fatalf("state %v; want the refusal recorded as a failing streak", st)
+		}
+		if c := r.cursor(); c != restored {
+			t.Fatalf("the cursor moved to %v", c)
+		}
+		if n := r.notes.of(outbox.NoticeStuck); len(n) != 2 {
+			t.Fatalf("%d stuck notices in 20 minutes, want 2 (throttled to one per 15 minutes)", len(n))
+		}
+	})
+}

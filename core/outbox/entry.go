@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/baton-go/baton/core/internal/name"
 	"github.com/baton-go/baton/core/internal/uuid"
@@ -23,13 +24,23 @@ var NilID ID
 // and every adapter's Enqueue for an entry that must not be written.
 var ErrInvalidEntry = errors.New("baton/outbox: invalid entry")
 
-// ErrIDInUse is returned (wrapped) by an adapter's Enqueue for an id that a
-// dead letter already has: a second entry with it could never be parked
-// (the dead letters are keyed by id), and would stall the walk.
-var ErrIDInUse = errors.New("baton/outbox: the id belongs to a dead letter")
+// ErrIDInUse is returned (wrapped) by an adapter's Enqueue for an id that
+// an entry or a dead letter already has. The id is the destination's
+// idempotency key, so a second entry with it would be taken for a repeat;
+// and two dead letters cannot share it. When the id's own entry is being
+// parked at that moment, Enqueue is refused just the same: an id is never
+// free between an entry and its dead letter.
+var ErrIDInUse = errors.New("baton/outbox: the id is in use by an entry or a dead letter")
 
 // MaxLaneLength bounds a lane name, in bytes.
 const MaxLaneLength = 128
+
+// MaxPayloadBytes bounds a payload, in bytes as given to Enqueue: 1 MiB.
+// The walk reads entries in batches, and every instance in turn may lead
+// it; an unbounded payload could exhaust each leader's memory one after
+// the other. An event that needs more should carry a reference to where the
+// data is instead.
+const MaxPayloadBytes = 1 << 20
 
 // NewID returns a fresh UUIDv7: 48 bits of Unix milliseconds, a counter,
 // then random bits. Ids made by one process strictly increase, even within
@@ -115,7 +126,8 @@ func (c Cursor) IsZero() bool { return c == Cursor{} }
 
 // ValidateEntry is the rule every adapter's Enqueue applies before writing:
 // a non-nil id, a lane of 1–128 bytes of UTF-8 without NUL, and a payload
-// that is one valid JSON value.
+// of at most MaxPayloadBytes that is one valid JSON value, in UTF-8,
+// without the escape \u0000.
 func ValidateEntry(id ID, lane string, payload []byte) error {
 	if id.IsNil() {
 		return fmt.Errorf("%w: the id is the nil UUID; use outbox.NewID()", ErrInvalidEntry)
@@ -126,8 +138,17 @@ func ValidateEntry(id ID, lane string, payload []byte) error {
 	if len(payload) == 0 {
 		return fmt.Errorf("%w: the payload is empty; it must be JSON", ErrInvalidEntry)
 	}
+	if len(payload) > MaxPayloadBytes {
+		return fmt.Errorf("%w: the payload is %d bytes; at most %d (outbox.MaxPayloadBytes) are allowed, "+
+			"so put large data elsewhere and enqueue a reference to it", ErrInvalidEntry, len(payload), MaxPayloadBytes)
+	}
 	if !json.Valid(payload) {
 		return fmt.Errorf("%w: the payload is not valid JSON", ErrInvalidEntry)
+	}
+	if !utf8.Valid(payload) {
+		// encoding/json lets invalid UTF-8 through inside strings; jsonb
+		// refuses it.
+		return fmt.Errorf("%w: the payload is not valid UTF-8", ErrInvalidEntry)
 	}
 	if hasNULEscape(payload) {
 		// Valid JSON, but PostgreSQL's jsonb cannot hold a NUL character.

@@ -10,9 +10,13 @@ import (
 
 // retentionLoop sweeps every RetentionInterval under its own lock, which a
 // different instance than the driver's leader may hold. It deletes only
-// delivered entries at or below the cursor and requeued dead letters, both
-// older than RetentionWindow and at most RetentionBatchSize per table: the
-// walk reads only above the cursor, so the two never touch the same rows.
+// delivered (and parked) entries at or below the cursor and requeued dead
+// letters, both older than RetentionWindow: the walk reads only above the
+// cursor, so the two never touch the same rows. Each delete statement is
+// bounded by RetentionBatchSize; one sweep repeats it, with
+// RetentionBatchPause between batches, until it is caught up or its
+// RetentionSweepBudget is spent, so retention keeps up with producers far
+// beyond one batch per interval.
 func (d *Driver) retentionLoop(ctx context.Context) {
 	for {
 		d.sweepOnce(ctx)
@@ -56,18 +60,50 @@ func (d *Driver) sweepOnce(ctx context.Context) {
 		cfg.Logger.Warn("outbox retention: reading the cursor failed", "err", err)
 		return
 	}
+	end := time.Now().Add(cfg.RetentionSweepBudget)
 	if !cur.IsZero() {
-		n, err := cfg.Store.DeleteDelivered(ctx, cur, cfg.RetentionWindow, cfg.RetentionBatchSize)
-		if err != nil {
-			cfg.Logger.Warn("outbox retention: deleting delivered entries failed", "err", err)
-		} else if n > 0 {
-			cfg.Logger.Info("outbox retention: deleted delivered entries", "count", n)
-		}
+		d.sweepTable(ctx, lk, end, "delivered entries", func() (int, error) {
+			return cfg.Store.DeleteDelivered(ctx, cur, cfg.RetentionWindow, cfg.RetentionBatchSize)
+		})
 	}
-	n, err := cfg.Store.DeleteRequeued(ctx, cfg.RetentionWindow, cfg.RetentionBatchSize)
-	if err != nil {
-		cfg.Logger.Warn("outbox retention: deleting requeued dead letters failed", "err", err)
-	} else if n > 0 {
-		cfg.Logger.Info("outbox retention: deleted requeued dead letters", "count", n)
+	d.sweepTable(ctx, lk, end, "requeued dead letters", func() (int, error) {
+		return cfg.Store.DeleteRequeued(ctx, cfg.RetentionWindow, cfg.RetentionBatchSize)
+	})
+}
+
+// sweepTable runs one table's bounded delete in batches until a batch
+// finds fewer than RetentionBatchSize rows (caught up), the budget ends at
+// end, or the lock can no longer be trusted. The first batch always runs.
+func (d *Driver) sweepTable(ctx context.Context, lk lock.Lock, end time.Time, what string, batch func() (int, error)) {
+	cfg := &d.cfg
+	deleted, batches := 0, 0
+	defer func() {
+		if deleted > 0 {
+			cfg.Logger.Info("outbox retention: deleted "+what, "count", deleted, "batches", batches)
+		}
+	}()
+	for {
+		if !lk.Trusted() {
+			cfg.Logger.Warn("outbox retention: its lock can no longer be trusted; stopping the sweep", "lock", lk.Name())
+			return
+		}
+		n, err := batch()
+		batches++
+		deleted += n
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				cfg.Logger.Warn("outbox retention: deleting "+what+" failed", "err", err)
+			}
+			return
+		case n < cfg.RetentionBatchSize:
+			return // caught up
+		case !time.Now().Before(end):
+			cfg.Logger.Info("outbox retention: the sweep's budget is spent; the next sweep goes on", "what", what, "budget", cfg.RetentionSweepBudget)
+			return
+		}
+		if !sleep(ctx, nil, cfg.RetentionBatchPause) {
+			return
+		}
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 var (
@@ -20,6 +22,21 @@ var (
 	// ErrAlreadyRequeued is returned by Requeue for a dead letter that was
 	// requeued before; its RequeuedAs names the entry it became.
 	ErrAlreadyRequeued = errors.New("baton/outbox: dead letter already requeued")
+
+	// ErrCursorAhead is why the driver refuses to walk when the stored
+	// cursor is at or above the database's transaction counter
+	// (Store.NextXID): impossible in a healthy database, it is what a
+	// logical restore (pg_dump/pg_restore) into another cluster leaves
+	// behind. Entries written since sort below the cursor and would never
+	// be delivered. The driver records it as a failing pass and raises the
+	// stuck notice at once; `baton outbox rebase` repairs it.
+	ErrCursorAhead = errors.New("baton/outbox: the stored cursor is ahead of the database's transaction counter")
+
+	// ErrInvalidSettlement is returned (wrapped, with the reason) by
+	// ValidateSettlement and every adapter's Settle for a settlement that
+	// must not be written; nothing is written. The driver never builds one:
+	// it makes every reason storable first (StorableReason).
+	ErrInvalidSettlement = errors.New("baton/outbox: invalid settlement")
 )
 
 // The state keys. Every fact the outbox keeps about itself is one row of
@@ -43,7 +60,7 @@ var StateKeys = []string{
 	KeyLastDeadLetterAt, KeyLastDeadLetterNotificationAt, KeyFirstStuckAt, KeyLastStuckNotificationAt,
 }
 
-// Parked is an entry the pass moves to the dead letters, with its reason.
+// Parked is an entry the pass parks in the dead letters, with its reason.
 type Parked struct {
 	Entry  Entry
 	Reason string
@@ -57,7 +74,8 @@ type Settlement struct {
 	// To is the new cursor: past every delivered and parked entry up to
 	// the first retry. It may equal From.
 	To Cursor
-	// Park lists the entries to move from the outbox to the dead letters.
+	// Park lists the entries to copy to the dead letters. Each stays in the
+	// outbox below the cursor, like a delivered entry, until retention.
 	Park []Parked
 	// State holds state keys to upsert; a nil value removes the key (it
 	// reads as its default again). The cursor keys are written from To.
@@ -94,6 +112,28 @@ const (
 	MaxListLimit     = 1000
 )
 
+// MaxScanBytes bounds the payloads one Scan returns, 8 MiB: a store stops
+// adding entries once those it has taken total MaxScanBytes or more, counted
+// as the payloads it returns (ScanHasRoom). A pass therefore holds less
+// than MaxScanBytes plus one payload, however large BatchSize is, and always
+// at least one entry when one is visible.
+const MaxScanBytes = 8 << 20
+
+// ScanHasRoom reports whether a scan whose entries so far hold taken
+// payload bytes may take one more: the rule every adapter's Scan applies,
+// entry by entry, as it reads.
+func ScanHasRoom(taken int) bool { return taken < MaxScanBytes }
+
+// ScanBytes is the total size of the entries' payloads, as MaxScanBytes
+// counts it.
+func ScanBytes(entries []Entry) int {
+	n := 0
+	for _, e := range entries {
+		n += len(e.Payload)
+	}
+	return n
+}
+
 // Store is the adapter side of the outbox: the three tables and their
 // statements. Each method is one short statement or transaction; none is
 // held open across delivery. conformance.RunOutboxStore is the executable
@@ -103,17 +143,33 @@ type Store interface {
 	// (xid, id), only from transactions below the horizon: older than the
 	// oldest transaction still in progress. Entries of a transaction that
 	// is still open, or rolled back, never appear; nor does anything a
-	// still-open older transaction might yet precede.
+	// still-open older transaction might yet precede. It also stops after
+	// the entry that brings the payloads to MaxScanBytes or more.
 	Scan(ctx context.Context, after Cursor, limit int) ([]Entry, error)
 
 	// Settle applies a pass's outcome in one transaction: the cursor
 	// compare-and-set from s.From to s.To (ErrCursorMoved when the stored
-	// cursor is not s.From, and then nothing is written), moving s.Park
-	// to the dead letters, and upserting s.State.
+	// cursor is not s.From, and then nothing is written), copying s.Park
+	// to the dead letters, and upserting s.State. A parked entry stays in
+	// the outbox until retention deletes it with the delivered ones, so its
+	// id is never free between the entry and its dead letter (an Enqueue of
+	// it is refused with ErrIDInUse at every moment). A dead letter that
+	// already has the id of an entry being parked (only rows written around
+	// Enqueue can cause one) is replaced by it: a settlement never fails on
+	// a conflict it can foresee. A settlement failing ValidateSettlement
+	// writes nothing.
 	Settle(ctx context.Context, s Settlement) error
 
 	// State returns every state key that has a value.
 	State(ctx context.Context) (map[string]string, error)
+
+	// NextXID returns the transaction counter: the xid the next
+	// transaction to write will get, above the xid of every entry
+	// committed so far (PostgreSQL: pg_snapshot_xmax of the current
+	// snapshot). A stored cursor at or above it cannot come from this
+	// database: it was restored logically from another cluster, and the
+	// driver refuses to walk (ErrCursorAhead).
+	NextXID(ctx context.Context) (uint64, error)
 
 	// ListDead lists dead letters without payloads, newest parked first.
 	ListDead(ctx context.Context, opts ListOptions) ([]DeadLetter, error)
@@ -136,6 +192,49 @@ type Store interface {
 	// replay stays for the whole window), returning how many. Dead letters
 	// never requeued are kept until an operator acts.
 	DeleteRequeued(ctx context.Context, window time.Duration, limit int) (int, error)
+}
+
+// ValidateSettlement is the rule every adapter's Settle applies before
+// writing anything: the cursor never goes backwards (To before From), and
+// every park reason and every state key and value is text that every store
+// can keep, which is valid UTF-8 without a NUL byte (PostgreSQL's text
+// cannot hold either). A refused settlement is an error wrapping
+// ErrInvalidSettlement that names the offending part.
+func ValidateSettlement(s Settlement) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSettlement, fmt.Sprintf(format, args...))
+	}
+	if s.To.Compare(s.From) < 0 {
+		return bad("the new cursor (%d, %s) is before the one the pass started from (%d, %s); the cursor never goes backwards",
+			s.To.XID, s.To.ID, s.From.XID, s.From.ID)
+	}
+	for _, p := range s.Park {
+		if prob := textProblem(p.Reason); prob != "" {
+			return bad("the reason parking entry %s %s", p.Entry.ID, prob)
+		}
+	}
+	for k, v := range s.State {
+		if prob := textProblem(k); prob != "" {
+			return bad("a state key %s", prob)
+		}
+		if v != nil {
+			if prob := textProblem(*v); prob != "" {
+				return bad("the value of state key %q %s", k, prob)
+			}
+		}
+	}
+	return nil
+}
+
+// textProblem says why s cannot be stored as text, or returns "".
+func textProblem(s string) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL byte"
+	}
+	return ""
 }
 
 // CursorFromState reads the cursor from state values; absent keys mean the

@@ -23,17 +23,23 @@
 // Per subject, as the Store holds it:
 //
 //	absent ──Replace──▶ active G1
-//	active G1 ──Replace──▶ active G2; G1 superseded
+//	active G1 ──Replace with G2 > G1──▶ active G2; G1 superseded
+//	active G2 ──Replace with G1 < G2──▶ active G2 (ErrStale; nothing written)
 //	superseded ──Sweep──▶ deleted
 //	any ──the store loses its contents (PostgreSQL crash restart)──▶ absent
 //
-// Replace writes a whole generation and makes it active in one atomic step,
-// so a reader sees the old generation or the new one, never part of one,
-// and never none once there was one. A generation being written is not
-// visible to anything, readers and sweeps included; when Replace fails, the
-// previous generation stays active. Exactly one generation per subject is
-// active at any time; concurrent Replace calls for one subject are
-// serialized and the last to flip stays active.
+// A refresh reserves its generation number from the store (Reserve) before
+// it fetches the grants, so the numbers order the fetches by the store's
+// sequence, never by a node's clock. Replace writes a whole generation and
+// makes it active in one atomic step, so a reader sees the old generation
+// or the new one, never part of one, and never none once there was one. A
+// generation being written is not visible to anything, readers and sweeps
+// included; when Replace fails, the previous generation stays active.
+// Exactly one generation per subject is active at any time, the largest:
+// Replace refuses a generation reserved before the active one with
+// ErrStale, so an answer fetched earlier never replaces one fetched later
+// and a revoked grant cannot come back through a slow refresh. Reader and
+// Refresher take ErrStale as "someone fresher won".
 //
 // # Absent is not "no access"
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"testing"
 
 	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/core/projection"
@@ -92,11 +93,24 @@ func newCountingStore() *countingStore {
 	return &countingStore{ProjectionStore: memory.NewProjectionStore(memory.ProjectionStoreOptions{})}
 }
 
-func (s *countingStore) Replace(ctx context.Context, subject projection.Subject, grants []projection.Grant) (projection.Generation, error) {
+func (s *countingStore) Replace(ctx context.Context, subject projection.Subject, gen projection.Generation, grants []projection.Grant) error {
 	s.mu.Lock()
 	s.replaces++
 	s.mu.Unlock()
-	return s.ProjectionStore.Replace(ctx, subject, grants)
+	return s.ProjectionStore.Replace(ctx, subject, gen, grants)
+}
+
+// write reserves a generation and writes grants as subject's projection.
+func (s *countingStore) write(t *testing.T, subject projection.Subject, grants ...projection.Grant) projection.Generation {
+	t.Helper()
+	gen, err := s.Reserve(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Replace(t.Context(), subject, gen, grants); err != nil {
+		t.Fatal(err)
+	}
+	return gen
 }
 
 func (s *countingStore) Sweep(ctx context.Context) (int, error) {

@@ -165,7 +165,13 @@ func (r *Reader) HasPermission(ctx context.Context, subject Subject, resourceTyp
 }
 
 func (r *Reader) refreshThrough(ctx context.Context, subject Subject) error {
-	if _, err := r.Refresh(ctx, subject); err != nil {
+	_, err := r.Refresh(ctx, subject)
+	if errors.Is(err, ErrStale) {
+		// A fresher refresh flipped while this one fetched: read that.
+		r.logger.DebugContext(ctx, "baton: projection refresh-through overtaken by a fresher one", "subject", subject.String())
+		return nil
+	}
+	if err != nil {
 		r.logger.WarnContext(ctx, "baton: projection refresh-through failed", "subject", subject.String(), "err", err)
 		return fmt.Errorf("%w (and the refresh-through failed): %w", ErrNoProjection, err)
 	}
@@ -173,10 +179,13 @@ func (r *Reader) refreshThrough(ctx context.Context, subject Subject) error {
 	return nil
 }
 
-// Refresh fetches the subject's grants from the Source and replaces its
-// projection with them, returning the new generation. When a refresh of
-// the subject is already running in this Reader, Refresh waits for it and
-// returns its result instead of starting another. A caller whose context
+// Refresh reserves a generation, fetches the subject's grants from the
+// Source and replaces its projection with them, returning the new
+// generation. An error wrapping ErrStale means a refresh that reserved
+// later (another node's, say) flipped first: the projection is at least as
+// fresh as this one would have made it, and nothing needs redoing. When a
+// refresh of the subject is already running in this Reader, Refresh waits
+// for it and returns its result instead of starting another. A caller whose context
 // ends stops waiting without disturbing the others; when the context of
 // the caller running the refresh ends, the waiting callers start a new one.
 func (r *Reader) Refresh(ctx context.Context, subject Subject) (Generation, error) {

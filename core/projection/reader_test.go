@@ -47,9 +47,7 @@ func TestLocalReader_AbsentProjectionIsErrNoProjectionNeverNoAccess(t *testing.T
 	}
 
 	// An empty generation is a known subject with no access: no error.
-	if _, err := store.Replace(ctx, alice, nil); err != nil {
-		t.Fatal(err)
-	}
+	store.write(t, alice)
 	held, err = local.HasPermission(ctx, alice, "doc", "d-1", bits, "read")
 	if err != nil || held {
 		t.Fatalf("HasPermission with an empty generation = %v, %v; want false, nil", held, err)
@@ -59,9 +57,7 @@ func TestLocalReader_AbsentProjectionIsErrNoProjectionNeverNoAccess(t *testing.T
 func TestLocalReader_HasPermissionReadsTheBitOfTheName(t *testing.T) {
 	ctx := t.Context()
 	store := newCountingStore()
-	if _, err := store.Replace(ctx, alice, []projection.Grant{doc("d-1", 1<<63|1)}); err != nil {
-		t.Fatal(err)
-	}
+	store.write(t, alice, doc("d-1", 1<<63|1))
 	local := newLocalReader(t, store)
 	for perm, want := range map[string]bool{"read": true, "write": false, "own": true} {
 		if held, err := local.HasPermission(ctx, alice, "doc", "d-1", bits, perm); err != nil || held != want {
@@ -299,5 +295,114 @@ func TestNewReader_RejectsMissingPartsNamingTheField(t *testing.T) {
 	r := newReader(t, newCountingStore(), newFakeSource())
 	if _, err := r.Refresh(t.Context(), projection.Subject{Type: "user"}); !errors.Is(err, projection.ErrInvalidSubject) {
 		t.Errorf("Refresh of a subject without ID = %v, want ErrInvalidSubject", err)
+	}
+}
+
+// snapshotEngine answers each fetch with the grants it held when the fetch
+// started, as an engine reading one snapshot does. A fetch can be made to
+// hand its answer over late.
+type snapshotEngine struct {
+	mu      sync.Mutex
+	grants  []projection.Grant
+	hold    chan struct{} // the next fetch waits for it after reading
+	started chan struct{} // closed when that fetch has read
+}
+
+func (e *snapshotEngine) set(grants ...projection.Grant) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.grants = grants
+}
+
+// holdNext makes the next fetch read at once and answer when release is
+// called; started is closed once it has read.
+func (e *snapshotEngine) holdNext() (started <-chan struct{}, release func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.hold, e.started = make(chan struct{}), make(chan struct{})
+	hold := e.hold
+	return e.started, func() { close(hold) }
+}
+
+func (e *snapshotEngine) Grants(ctx context.Context, _ projection.Subject) ([]projection.Grant, error) {
+	e.mu.Lock()
+	answer := append([]projection.Grant(nil), e.grants...)
+	hold, started := e.hold, e.started
+	e.hold, e.started = nil, nil
+	e.mu.Unlock()
+	if hold != nil {
+		close(started)
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return answer, nil
+}
+
+// Two nodes refresh one subject at once: node A's fetch reads the engine
+// before a grant is revoked and answers late; node B's reads after the
+// revocation and flips first. A's older answer must not replace B's, or the
+// revoked grant comes back.
+func TestRefresh_AnOlderFetchNeverUndoesANewerOne(t *testing.T) {
+	ctx := t.Context()
+	store := newCountingStore()
+	engine := &snapshotEngine{}
+	engine.set(doc("d-1", 1), doc("d-2", 1))
+	nodeA, nodeB := newReader(t, store, engine), newReader(t, store, engine)
+
+	started, release := engine.holdNext()
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := nodeA.Refresh(ctx, alice)
+		aDone <- err
+	}()
+	<-started                 // A's fetch has read: it includes d-1
+	engine.set(doc("d-2", 1)) // d-1 is revoked
+	if _, err := nodeB.Refresh(ctx, alice); err != nil {
+		t.Fatalf("node B's refresh: %v", err)
+	}
+	release() // A answers now, with what it read before the revocation
+	errA := <-aDone
+	if _, found, err := store.Mask(ctx, alice, "doc", "d-1"); err != nil || found {
+		t.Fatalf("after both refreshes Mask(d-1) = found %v, %v: the older fetch brought a revoked grant back (node A's refresh: %v)", found, err, errA)
+	}
+	if _, found, _ := store.Mask(ctx, alice, "doc", "d-2"); !found {
+		t.Fatal("the newer answer's grant d-2 is missing")
+	}
+	if !errors.Is(errA, projection.ErrStale) {
+		t.Fatalf("node A's Refresh = %v, want an error wrapping ErrStale: someone fresher won", errA)
+	}
+}
+
+// A refresh-through overtaken by a fresher refresh answers from that one,
+// without an error.
+func TestReader_RefreshThroughOvertakenByAFresherRefreshAnswersFromIt(t *testing.T) {
+	ctx := t.Context()
+	store := newCountingStore()
+	engine := &snapshotEngine{}
+	engine.set(doc("d-1", 1))
+	through, other := newReader(t, store, engine), newReader(t, store, engine)
+
+	started, release := engine.holdNext()
+	type answer struct {
+		found bool
+		err   error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		_, found, err := through.Mask(ctx, alice, "doc", "d-1") // absent: refreshes through
+		done <- answer{found, err}
+	}()
+	<-started
+	engine.set() // everything revoked
+	if _, err := other.Refresh(ctx, alice); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	a := <-done
+	if a.err != nil || a.found {
+		t.Fatalf("Mask through a refresh that a fresher one overtook = found %v, %v; want the fresher answer: not found, no error", a.found, a.err)
 	}
 }

@@ -239,6 +239,12 @@ func (run *refresherRun) refresh(ctx context.Context, s Subject) error {
 		return nil // no retry can fix it
 	}
 	gen, err := refresh(ctx, run.r.opts.Store, run.r.opts.Source, s)
+	if errors.Is(err, ErrStale) {
+		// Someone fresher won: the projection already holds a later
+		// answer than this refresh fetched. Nothing to retry.
+		run.r.opts.Logger.DebugContext(ctx, "baton: projection refresh overtaken by a fresher one", "subject", s.String())
+		return nil
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			run.r.opts.Logger.WarnContext(ctx, "baton: projection refresh failed", "subject", s.String(), "err", err)

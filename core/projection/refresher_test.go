@@ -3,6 +3,7 @@ package projection_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -150,6 +151,67 @@ func TestRefresher_SignalDuringALongPassIsServedBeforeThePassEnds(t *testing.T) 
 		defer mu.Unlock()
 		if got := strings.Join(order, ","); got != "s1,alice,s2,s3,s4" {
 			t.Errorf("refresh order = %s; the signal should wait only for the refresh in progress", got)
+		}
+	})
+}
+
+// warnCounter is a slog handler that counts Warn records.
+type warnCounter struct {
+	mu    sync.Mutex
+	warns int
+}
+
+func (h *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		h.mu.Lock()
+		h.warns++
+		h.mu.Unlock()
+	}
+	return nil
+}
+func (h *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *warnCounter) WithGroup(string) slog.Handler      { return h }
+
+func (h *warnCounter) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.warns
+}
+
+// A signalled refresh that a fresher one overtakes has nothing to redo: it
+// is neither a failure to warn about nor one to retry.
+func TestRefresher_AStaleRefreshIsNeitherWarnedAboutNorRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newCountingStore()
+		engine := &snapshotEngine{}
+		engine.set(doc("d-1", 1))
+		warns := &warnCounter{}
+		r := newRefresher(t, projection.RefresherOptions{Store: store, Source: engine, RetryDelay: 10 * time.Second, Logger: slog.New(warns)})
+		runInBackground(t, r.Run)
+		started, release := engine.holdNext()
+		if err := r.Refresh(alice); err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		engine.set() // revoked; another node refreshes with that
+		other := newReader(t, store, engine)
+		if _, err := other.Refresh(context.Background(), alice); err != nil {
+			t.Fatal(err)
+		}
+		release()
+		synctest.Wait()
+		replaces, _ := store.counts()
+		time.Sleep(time.Minute) // several RetryDelays
+		synctest.Wait()
+		if again, _ := store.counts(); again != replaces {
+			t.Fatalf("%d more Replace calls after a stale refresh; it must not be retried", again-replaces)
+		}
+		if n := warns.count(); n != 0 {
+			t.Fatalf("%d warnings for a refresh that someone fresher overtook", n)
+		}
+		if _, found, _ := store.Mask(context.Background(), alice, "doc", "d-1"); found {
+			t.Fatal("the stale answer is active")
 		}
 	})
 }

@@ -37,6 +37,18 @@ var (
 	// for a grant set with an invalid resource type or ID, or with one
 	// resource listed twice. Nothing is written.
 	ErrInvalidGrant = errors.New("baton/projection: invalid grant")
+
+	// ErrInvalidGeneration is returned (wrapped, with the reason) by
+	// Replace for a generation the store did not reserve (0, or above any
+	// Reserve answered) or one it already holds. Nothing is written.
+	ErrInvalidGeneration = errors.New("baton/projection: invalid generation")
+
+	// ErrStale is returned by Replace when the subject's active generation
+	// was reserved after the one offered: a refresh whose fetch started
+	// later has already flipped, so this older answer is dropped and the
+	// fresher one stays. Nothing is written. It is not a failure, and no
+	// retry is needed; the refreshers treat it as "someone fresher won".
+	ErrStale = errors.New("baton/projection: stale refresh: a generation reserved later is already active")
 )
 
 // Subject is who a projection is for: a user, a service account, ... as
@@ -118,9 +130,11 @@ func ValidateGrants(grants []Grant) error {
 	return nil
 }
 
-// Generation numbers a complete grant set of one subject. Numbers are
-// unique within a store and larger for later Replace calls; 0 is never a
-// generation.
+// Generation numbers a complete grant set of one subject, and orders the
+// refreshes of a subject. A refresh reserves its number from the store
+// (Store.Reserve) before it fetches the grants, so a larger number means a
+// fetch that started later, by the store's own sequence and never by a
+// node's clock. Numbers are unique within a store; 0 is never a generation.
 type Generation uint64
 
 // Snapshot is a subject's active generation, read in one piece.
@@ -148,6 +162,13 @@ type GenerationInfo struct {
 // from several processes when the store is shared (PostgreSQL);
 // conformance.RunProjectionStore is the executable contract.
 //
+// A refresh is Reserve, then the fetch from the Source, then Replace with
+// the reserved generation. The active generation of a subject is always
+// the largest it holds: Replace refuses (ErrStale) a generation reserved
+// before the active one, so an answer fetched earlier never replaces one
+// fetched later, whatever order the flips arrive in. A revoked grant
+// cannot come back through a slow refresh.
+//
 // Writing and flipping are one method. Replace writes a whole generation and
 // makes it the active one atomically: a reader sees the previous
 // generation, then the new one, and never a part of either. Keeping them
@@ -158,14 +179,24 @@ type GenerationInfo struct {
 // can outlive a failed or abandoned Replace, so a store never has to tell a
 // generation being built from a superseded one.
 type Store interface {
-	// Replace validates grants (ValidateGrants), writes them as a new
-	// generation of subject and makes it the subject's active generation,
-	// superseding the previous one, all at once. It returns the new
-	// generation. Concurrent Replace calls for one subject are
-	// serialized: the one that flips last stays active; exactly one
-	// generation is active afterwards. When Replace fails, the previous
-	// generation stays active and nothing of the new one is visible.
-	Replace(ctx context.Context, subject Subject, grants []Grant) (Generation, error)
+	// Reserve draws a new generation number, larger than every number
+	// drawn before it from this store (by any node sharing it), for one
+	// Replace. Call it before fetching the grants that generation will
+	// hold. A reserved number that is never used is simply skipped.
+	Reserve(ctx context.Context) (Generation, error)
+
+	// Replace validates subject, grants (ValidateGrants) and gen (an
+	// error wrapping ErrInvalidGeneration for 0, a number this store
+	// never reserved, or one it already holds), writes grants as
+	// generation gen of subject and makes it the subject's active
+	// generation, superseding the previous one, all at once. When the
+	// subject's active generation is larger than gen, it writes nothing
+	// and returns an error wrapping ErrStale. Concurrent Replace calls for
+	// one subject are serialized; exactly one generation is active
+	// afterwards, the largest. When Replace fails, the previous generation
+	// stays active and nothing of the new one is visible; a failed (not
+	// stale) Replace may be retried with the same generation.
+	Replace(ctx context.Context, subject Subject, gen Generation, grants []Grant) error
 
 	// Mask reads the mask of one resource in the subject's active
 	// generation. found is false when the generation has no grant for the
@@ -206,15 +237,20 @@ func (f SourceFunc) Grants(ctx context.Context, subject Subject) ([]Grant, error
 	return f(ctx, subject)
 }
 
-// refresh fetches subject's grants from source and replaces its projection
-// in store with them.
+// refresh reserves a generation, fetches subject's grants from source and
+// replaces its projection in store with them. The reservation comes first:
+// it is what orders this fetch against concurrent ones. An error wrapping
+// ErrStale means a refresh that fetched later has flipped already.
 func refresh(ctx context.Context, store Store, source Source, subject Subject) (Generation, error) {
+	gen, err := store.Reserve(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("baton/projection: refresh %s: reserving a generation: %w", subject, err)
+	}
 	grants, err := source.Grants(ctx, subject)
 	if err != nil {
 		return 0, fmt.Errorf("baton/projection: refresh %s: fetching the grants: %w", subject, err)
 	}
-	gen, err := store.Replace(ctx, subject, grants)
-	if err != nil {
+	if err := store.Replace(ctx, subject, gen, grants); err != nil {
 		return 0, fmt.Errorf("baton/projection: refresh %s: %w", subject, err)
 	}
 	return gen, nil

@@ -16,9 +16,7 @@ func TestSweeper_SweepsAtOnceThenEveryInterval(t *testing.T) {
 		ctx := context.Background()
 		store := newCountingStore()
 		for range 3 {
-			if _, err := store.Replace(ctx, alice, []projection.Grant{doc("d", 1)}); err != nil {
-				t.Fatal(err)
-			}
+			store.write(t, alice, doc("d", 1))
 		}
 		s, err := projection.NewSweeper(projection.SweeperOptions{Store: store, Interval: 30 * time.Second})
 		if err != nil {

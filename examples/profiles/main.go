@@ -10,7 +10,10 @@
 //   - /maintenance is served by that holder from every instance, through the
 //     holder proxy;
 //   - the outbox admin API is mounted under /admin/outbox/ behind a bearer
-//     token.
+//     token;
+//   - every profile request carries a user's bearer token, and users reach
+//     only their own profiles; the operator routes want the admin token;
+//     tokens come from the environment only.
 //
 // Without an engine URL it delivers to a fake graph engine started in the
 // process (graph/graphtest). The service itself is package service; this

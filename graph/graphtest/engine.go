@@ -55,6 +55,9 @@ type Delivery struct {
 	// the same key read as an outbox id (zero when it is not a UUID).
 	IdempotencyKey string
 	EntryID        outbox.ID
+	// FencingToken is the request's graph.FencingTokenHeader: the token of
+	// the outbox leader that sent it, 0 when it carried none.
+	FencingToken uint64
 	// Payload is the lane payload as the producer enqueued it: the init
 	// body, or the metadata entity type, id (from the path) and label.
 	Payload json.RawMessage
@@ -71,8 +74,11 @@ type Request struct {
 	// Route is the Path constant the request matched, or "" for none.
 	Route          string
 	IdempotencyKey string
-	Header         http.Header
-	Body           []byte
+	// FencingToken is the graph.FencingTokenHeader it carried, 0 for none
+	// (or one that is not a token).
+	FencingToken uint64
+	Header       http.Header
+	Body         []byte
 	// Status is the status answered; 0 when the connection was dropped or
 	// the client gave up first.
 	Status int
@@ -113,6 +119,7 @@ type Engine struct {
 	deliveries  []Delivery
 	requests    []Request
 	applied     map[string]bool // idempotency keys that took effect
+	highest     uint64          // the highest fencing token a lane request carried
 	queued      map[string][]Fault
 	faultFuncs  map[string]func(*http.Request) (Fault, bool)
 	latency     map[string]time.Duration
@@ -336,6 +343,16 @@ func (e *Engine) WaitDeliveries(n int, timeout time.Duration) ([]Delivery, error
 	}
 }
 
+// HighestFencingToken is the highest graph.FencingTokenHeader a lane
+// request that took effect carried: lane requests with a lower one are
+// refused with 409, so no delivery by a deposed outbox leader takes
+// effect after its successor's first. 0 until a request carried one.
+func (e *Engine) HighestFencingToken() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.highest
+}
+
 // Resource returns the resource a graph.init delivery created.
 func (e *Engine) Resource(resourceType, resourceID string) (graph.InitPayload, bool) {
 	e.mu.Lock()
@@ -382,6 +399,7 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request) {
 		Path:           r.URL.EscapedPath(),
 		Route:          route,
 		IdempotencyKey: r.Header.Get(graph.IdempotencyKeyHeader),
+		FencingToken:   fencingToken(r),
 		Header:         r.Header.Clone(),
 		Body:           body,
 		Start:          time.Now(),

@@ -409,3 +409,72 @@ func TestNew_ClosesWithTheTest(t *testing.T) {
 		t.Fatal("the engine still answers after its test ended")
 	}
 }
+
+// sendWithToken is send with a fencing token.
+func sendWithToken(t *testing.T, e *graphtest.Engine, token, body string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.URL()+graphtest.PathInit, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(graph.IdempotencyKeyHeader, outbox.NewID().String())
+	if token != "" {
+		req.Header.Set(graph.FencingTokenHeader, token)
+	}
+	resp, err := e.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func TestEngine_RefusesAFencingTokenLowerThanTheHighestSeenWith409(t *testing.T) {
+	e := graphtest.New(t)
+	body := func(id string) string {
+		return `{"resourceType":"device","resourceId":"` + id + `","relations":[],"requestedBy":"u1"}`
+	}
+	for _, tc := range []struct {
+		token, resource string
+		want            int
+	}{
+		{"5", "d1", http.StatusNoContent},
+		{"7", "d2", http.StatusNoContent},
+		{"7", "d3", http.StatusNoContent}, // the same leader again
+		{"6", "d4", http.StatusConflict},  // a deposed leader
+		{"", "d5", http.StatusNoContent},  // a sender that does not fence
+		{"x", "d6", http.StatusBadRequest},
+		{"0", "d7", http.StatusBadRequest},
+	} {
+		status, h, b := sendWithToken(t, e, tc.token, body(tc.resource))
+		if status != tc.want {
+			t.Errorf("token %q: %d %s; want %d", tc.token, status, b, tc.want)
+		}
+		if status == http.StatusConflict && h.Get(graph.FencingTokenHeader) != "7" {
+			t.Errorf("the refusal of token %q carries %s %q; want the highest seen, 7", tc.token, graph.FencingTokenHeader, h.Get(graph.FencingTokenHeader))
+		}
+	}
+	if _, ok := e.Resource("device", "d4"); ok {
+		t.Error("the deposed leader's request took effect")
+	}
+	if got := e.HighestFencingToken(); got != 7 {
+		t.Errorf("HighestFencingToken() = %d; want 7", got)
+	}
+	var tokens []uint64
+	for _, d := range e.Deliveries() {
+		tokens = append(tokens, d.FencingToken)
+	}
+	if fmt.Sprint(tokens) != "[5 7 7 0]" {
+		t.Errorf("deliveries carried tokens %v; want [5 7 7 0]", tokens)
+	}
+	var refused []uint64
+	for _, r := range e.Requests() {
+		if r.Status == http.StatusConflict {
+			refused = append(refused, r.FencingToken)
+		}
+	}
+	if fmt.Sprint(refused) != "[6]" {
+		t.Errorf("refused requests carried tokens %v; want [6]", refused)
+	}
+}

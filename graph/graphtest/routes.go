@@ -3,6 +3,7 @@ package graphtest
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/baton-go/baton/core/outbox"
@@ -19,19 +20,32 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// apply runs a lane request's effect and records the delivery, unless its
-// idempotency key already took effect: then the request is marked as a
-// duplicate and nothing changes. Called without e.mu.
-func (e *Engine) apply(r *http.Request, lane string, payload any, effect func()) {
+// apply runs a lane request's effect, records the delivery and answers
+// 204, unless its fencing token is below the highest seen (409, nothing
+// changes) or its idempotency key already took effect (204, marked as a
+// duplicate, nothing changes). The token is checked and raised in the same
+// critical section as the effect, so a deposed leader's request can never
+// take effect after a successor's. Called without e.mu.
+func (e *Engine) apply(w http.ResponseWriter, r *http.Request, lane string, payload any, effect func()) {
 	rec := requestInfo(r).rec
 	key := rec.IdempotencyKey
 	b, _ := json.Marshal(payload)
 	id, _ := outbox.ParseID(key)
 
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	token := rec.FencingToken
+	if token != 0 && token < e.highest {
+		highest := e.highest
+		e.mu.Unlock()
+		w.Header().Set(graph.FencingTokenHeader, strconv.FormatUint(highest, 10))
+		writeError(w, http.StatusConflict, "fencing token %d is below %d, which a newer leader sent: this sender was deposed", token, highest)
+		return
+	}
+	e.highest = max(e.highest, token)
 	if e.applied[key] {
 		rec.Duplicate = true
+		e.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	e.applied[key] = true
@@ -41,11 +55,24 @@ func (e *Engine) apply(r *http.Request, lane string, payload any, effect func())
 		Path:           r.URL.EscapedPath(),
 		IdempotencyKey: key,
 		EntryID:        id,
+		FencingToken:   token,
 		Payload:        b,
 		At:             time.Now(),
 	})
 	close(e.changed)
 	e.changed = make(chan struct{})
+	e.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// fencingToken reads a request's graph.FencingTokenHeader: 0 when it has
+// none or one that is not a positive decimal (needKey refuses those).
+func fencingToken(r *http.Request) uint64 {
+	n, err := strconv.ParseUint(r.Header.Get(graph.FencingTokenHeader), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // needKey answers 400 for a lane request without an idempotency key: the
@@ -53,6 +80,10 @@ func (e *Engine) apply(r *http.Request, lane string, payload any, effect func())
 func needKey(w http.ResponseWriter, r *http.Request) bool {
 	if r.Header.Get(graph.IdempotencyKeyHeader) == "" {
 		writeError(w, http.StatusBadRequest, "the %s header is required", graph.IdempotencyKeyHeader)
+		return false
+	}
+	if v, ok := r.Header[graph.FencingTokenHeader]; ok && fencingToken(r) == 0 {
+		writeError(w, http.StatusBadRequest, "the %s header %q is not a positive decimal token", graph.FencingTokenHeader, v)
 		return false
 	}
 	return true
@@ -70,10 +101,9 @@ func (e *Engine) handleInit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	e.apply(r, graph.LaneInit, p, func() {
+	e.apply(w, r, graph.LaneInit, p, func() {
 		e.resources[[2]string{p.ResourceType, p.ResourceID}] = p
 	})
-	w.WriteHeader(http.StatusNoContent)
 }
 
 func (e *Engine) handleMetadata(w http.ResponseWriter, r *http.Request) {
@@ -95,10 +125,9 @@ func (e *Engine) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	e.apply(r, graph.LaneMetadata, p, func() {
+	e.apply(w, r, graph.LaneMetadata, p, func() {
 		e.labels[[2]string{p.EntityType, p.EntityID}] = p.Label
 	})
-	w.WriteHeader(http.StatusNoContent)
 }
 
 func (e *Engine) handleAuthorize(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -84,7 +85,7 @@ func HolderMain(args []string, open StoreOpener) int {
 		return 1
 	}
 	defer closeStore()
-	m, err := lease.NewManager(lease.Config{Store: store, InstanceID: *name,
+	m, err := lease.NewManager(lease.Config{Store: store, InstanceID: *name, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		LeaseDuration: *leaseFor, RenewInterval: *renew, HeldSafetyMargin: *margin})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -199,10 +200,12 @@ func NewHolders(t *testing.T, timings LeaseTimings, negative bool) *Holders {
 	return &Holders{t: t, col: newCollector(t), gone: map[string]int64{}, timings: timings, negative: negative}
 }
 
-// Start starts a holder named name that reaches the server through target.
-func (h *Holders) Start(name, target string) *testenv.Child {
+// Start starts a holder named name that reaches the server through target,
+// with extra flags, which win over the timings' own.
+func (h *Holders) Start(name, target string, extra ...string) *testenv.Child {
 	args := []string{"-target", target, "-name", name, "-report", h.col.addr(),
 		"-lease", h.timings.Lease.String(), "-renew", h.timings.Renew.String(), "-margin", h.timings.Margin.String()}
+	args = append(args, extra...)
 	if h.negative {
 		args = append(args, "-linger", "1s")
 	}

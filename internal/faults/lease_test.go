@@ -89,3 +89,58 @@ func migrateSchema(t *testing.T, url, schema string) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeases_OneLostHeartbeatKeepsTheTerm: the holder's connection is
+// blackholed for one RenewInterval, five times, so that each time exactly
+// one heartbeat is lost. The timings leave room for that: the holder must
+// keep believing it holds, with the same token, and nobody else may take
+// the role. The negative control blackholes for four heartbeats instead,
+// more than the timings promise to survive. The timings are those of the
+// other scenarios doubled (4 s, 1 s, 500 ms), so that the heartbeat after
+// the lost one, which must open a new connection through the proxy, has a
+// whole second even on a loaded machine.
+func TestLeases_OneLostHeartbeatKeepsTheTerm(t *testing.T) {
+	scenario(t)
+	pg := testenv.StartPostgresServer(t)
+	h := newHolders(t, pg)
+	proxies := map[string]*testenv.FaultProxy{}
+	var children []*testenv.Child
+	for _, name := range []string{"a", "b"} {
+		proxies[name] = testenv.NewFaultProxy(t, pg.Addr())
+		children = append(children, h.Start(name, pg.URLVia(proxies[name].Addr()), "-lease", "4s", "-renew", "1s", "-margin", "500ms"))
+	}
+	holder := h.AwaitHolder(leaderRole, 10*time.Second)
+	if holder == "" {
+		t.Fatal("nobody holds the leader role")
+	}
+	const renew = time.Second
+	cut := renew
+	if *negative {
+		cut = 4 * renew
+	}
+	from := time.Now().UnixNano()
+	for range 5 {
+		proxies[holder].SetMode(testenv.Blackhole)
+		time.Sleep(cut)
+		proxies[holder].SetMode(testenv.Pass)
+		time.Sleep(3 * renew)
+	}
+	to := time.Now().UnixNano()
+	for _, c := range children {
+		h.Kill(c)
+	}
+	h.Check(func(held map[string][]interval) violations {
+		var v violations
+		var kept []interval
+		for _, iv := range held[leaderRole] {
+			if iv.from < to && iv.to > from {
+				kept = append(kept, iv)
+			}
+		}
+		if len(kept) != 1 || kept[0].child != holder || kept[0].from > from || kept[0].to < to {
+			v.add("role %s across five lost heartbeats of %s in [%s, %s]: held as %v; want one unbroken term of %s",
+				leaderRole, holder, clock(from), clock(to), kept, holder)
+		}
+		return v
+	})
+}

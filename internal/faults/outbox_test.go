@@ -155,12 +155,20 @@ func driverMain(args []string) int {
 	for _, lane := range outboxLanes {
 		procs = append(procs, outbox.ProcessorFunc{LaneName: lane, Func: func(ctx context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
 			out := make([]outbox.Outcome, len(run))
+			token, _ := outbox.FencingToken(ctx)
 			for i, e := range run {
-				if ctx.Err() != nil {
-					out[i] = outbox.Retry("not attempted")
-					continue
+				// The clock is read before the trust check: a lock trusted
+				// at some moment after the reading was held at the reading,
+				// so a pause between the two cannot make a delivery look
+				// later than it was.
+				at := time.Now().UnixNano()
+				if ctx.Err() != nil || !tracked.trusted() {
+					for j := i; j < len(run); j++ {
+						out[j] = outbox.Retry("not attempted: the leader lock is no longer trusted")
+					}
+					break
 				}
-				rep.send(event{Kind: kindDelivered, ID: e.ID.String(), XID: e.XID, Token: tracked.token.Load()})
+				rep.send(event{Kind: kindDelivered, ID: e.ID.String(), XID: e.XID, Token: token, At: at})
 				out[i] = outbox.Delivered()
 			}
 			return out, nil
@@ -182,43 +190,61 @@ func driverMain(args []string) int {
 }
 
 // trackedLocks reports every leader lock this process is granted, and
-// keeps its token for the processors' reports.
+// keeps the lock so that the processors can ask its trust before each
+// delivery, as a processor without a fencing destination must.
 type trackedLocks struct {
 	lock.Provider
-	rep   *reporter
-	token atomic.Uint64
+	rep  *reporter
+	held atomic.Pointer[lock.Lock]
 }
 
 func (p *trackedLocks) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
+	start := time.Now().UnixNano()
 	l, err := p.Provider.Acquire(ctx, name, opts)
 	if err == nil {
-		p.token.Store(l.Token())
-		p.rep.send(event{Kind: kindGranted, Token: l.Token()})
+		p.held.Store(&l)
+		// The grant happened between start and now: Since and At bound it.
+		p.rep.send(event{Kind: kindGranted, Token: l.Token(), Since: start})
 	}
 	return l, err
+}
+
+func (p *trackedLocks) trusted() bool {
+	l := p.held.Load()
+	return l != nil && (*l).Trusted()
 }
 
 // TestOutbox_LeadersKilledAndPaused: eight producer children enqueue for a
 // few seconds, a tenth of their transactions rolled back, while three
 // driver children compete for the leader lock and the leader is killed or
 // paused past its lock's TTL in turn; first with PostgreSQL advisory locks,
-// then with Redis locks. Every committed entry is delivered, no rolled-back
-// one is, and first deliveries follow (xid, id) order.
+// then with Redis locks, whose server is also restarted once. Every
+// committed entry is delivered, no rolled-back one is, first deliveries
+// follow (xid, id) order, every grant of the leader lock carries a greater
+// token than the grants before it, and no delivery is made under a token
+// lower than one already granted.
 func TestOutbox_LeadersKilledAndPaused(t *testing.T) {
 	scenario(t)
 	pgsrv := testenv.StartPostgresServer(t)
 	for _, locks := range []string{"pg", "redis"} {
 		t.Run(locks, func(t *testing.T) {
-			var redisAddr string
+			var redisSrv *testenv.RedisServer
 			if locks == "redis" {
-				redisAddr = testenv.StartRedisServer(t).Addr()
+				redisSrv = testenv.StartRedisServer(t)
 			}
-			runOutboxScenario(t, pgsrv, locks, redisAddr)
+			runOutboxScenario(t, pgsrv, locks, redisSrv)
 		})
 	}
 }
 
-func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redisAddr string) {
+// runOutboxScenario runs the outbox under faults with the leader lock on
+// locks ("pg", or "redis" on redisSrv, which is also restarted once: a
+// server without persistence comes back empty).
+func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string, redisSrv *testenv.RedisServer) {
+	var redisAddr string
+	if redisSrv != nil {
+		redisAddr = redisSrv.Addr()
+	}
 	schema := "faults_outbox_" + locks
 	migrateSchema(t, pgsrv.URL(), schema)
 	url := pgsrv.URL() + "&search_path=" + schema
@@ -272,9 +298,13 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redis
 	}
 
 	kinds := []string{"kill", "pause", "kill", "pause"}
+	if redisSrv != nil {
+		kinds = append(kinds, "restart")
+	}
 	rng := rand.New(rand.NewPCG(*seed, 12))
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	started := time.Now()
+	var restarts []int64
 	for _, kind := range kinds {
 		var leader string
 		if !col.waitFor(10*time.Second, func([]event) bool { leader = leaderNow(); return leader != "" }) {
@@ -283,19 +313,28 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redis
 		i := slotOf(leader)
 		c := drivers[i]
 		at := time.Now().UnixNano()
-		if kind == "kill" {
+		switch kind {
+		case "kill":
 			gone[c.Name] = at
 			c.Kill()
 			<-c.Exited()
-		} else {
+		case "pause":
 			c.Pause()
+		case "restart":
+			restarts = append(restarts, at)
+			redisSrv.Restart()
 		}
 		// A paused PostgreSQL session keeps its advisory lock: nobody can
 		// take over until it resumes.
-		expectTakeover := kind == "kill" || locks == "redis"
+		expectTakeover := kind == "kill" || (kind == "pause" && locks == "redis")
 		wait := 3 * outboxLockTTL
 		if !expectTakeover {
 			wait = outboxLockTTL + time.Second
+		}
+		if kind == "restart" {
+			// The lock is gone with the server's memory: whoever acquires
+			// it next, the old leader included, holds a new term.
+			leader = ""
 		}
 		var took int64
 		ok := col.waitFor(wait, func(es []event) bool {
@@ -315,9 +354,10 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redis
 		default:
 			t.Fatalf("%s of leader %s: no other driver was granted the lock within %v", kind, leader, wait)
 		}
-		if kind == "kill" {
+		switch kind {
+		case "kill":
 			startDriver(i)
-		} else {
+		case "pause":
 			c.Resume()
 		}
 		time.Sleep(time.Second)
@@ -349,13 +389,17 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks, redis
 	t.Logf("figure outbox %-5s %d committed entries in %v, %d deliveries, %d duplicates",
 		locks, committed, time.Since(started).Round(time.Millisecond), deliveries, duplicates)
 
-	deposed := checkNoDeliveryByDeposedLeader(es)
-	t.Logf("figure outbox %-5s deliveries by a deposed leader %d", locks, len(deposed))
 	var v violations
 	for _, id := range lost {
 		v.add("lost: committed entry %s never delivered", id)
 	}
 	v = append(v, checkRolledBackNotDelivered(es)...)
+	v = append(v, checkGrantTokensIncrease(es)...)
+	deposed, excused := checkNoDeliveryByDeposedLeader(es, restarts)
+	v = append(v, deposed...)
+	if redisSrv != nil {
+		t.Logf("figure outbox %-5s deliveries by the old leader after the Redis restart %d (within its trust window; a fencing destination refuses them)", locks, excused)
+	}
 	v = append(v, checkFirstDeliveriesInOrder(es)...)
 	reportViolations(t, v)
 }
@@ -445,28 +489,70 @@ func checkFirstDeliveriesInOrder(es []event) violations {
 
 // checkNoDeliveryByDeposedLeader: no delivery is made under a lock token
 // lower than one already granted to another process.
-func checkNoDeliveryByDeposedLeader(es []event) violations {
+//
+// One exception is measured, not asserted: a Redis restart without
+// persistence takes every lock key with it, so a new leader can be granted
+// at once while the old one still trusts its lock until its next refresh
+// finds the key gone, at the latest until its trust ends (restart + TTL −
+// margin). That is the gap fencing tokens close at the destination
+// (docs/locks.md). Deliveries under a token granted before a restart and
+// made within that bound are counted in excused.
+func checkNoDeliveryByDeposedLeader(es []event, restarts []int64) (v violations, excused int) {
 	type grant struct {
-		child string
-		token uint64
-		at    int64
+		child    string
+		token    uint64
+		from, at int64
 	}
 	var grants []grant
+	grantedAt := map[uint64]int64{}
 	for _, e := range es {
 		if e.Kind == kindGranted {
-			grants = append(grants, grant{e.Child, e.Token, e.At})
+			grants = append(grants, grant{e.Child, e.Token, e.Since, e.At})
+			grantedAt[e.Token] = e.Since
 		}
 	}
-	var v violations
+	afterRestart := func(e event) bool {
+		for _, r := range restarts {
+			if g, ok := grantedAt[e.Token]; ok && g < r && e.At < r+int64(outboxLockTTL-outboxLockMargin) {
+				return true
+			}
+		}
+		return false
+	}
 	for _, e := range es {
 		if e.Kind != kindDelivered {
 			continue
 		}
 		for _, g := range grants {
 			if g.child != e.Child && g.token > e.Token && g.at < e.At {
+				if afterRestart(e) {
+					excused++
+					break
+				}
 				v.add("entry %s delivered by %s under token %d, %v after %s was granted token %d",
 					e.ID, e.Child, e.Token, time.Duration(e.At-g.at).Round(time.Millisecond), g.child, g.token)
 				break
+			}
+		}
+	}
+	return v, excused
+}
+
+// checkGrantTokensIncrease: a leader lock granted after another carries a
+// greater token. A grant is known to lie between its Acquire's start (Since)
+// and its end (At), so b is after a for sure when b started after a ended.
+func checkGrantTokensIncrease(es []event) violations {
+	var grants []event
+	for _, e := range es {
+		if e.Kind == kindGranted {
+			grants = append(grants, e)
+		}
+	}
+	var v violations
+	for _, a := range grants {
+		for _, b := range grants {
+			if b.Since > a.At && b.Token <= a.Token {
+				v.add("lock granted to %s with token %d after %s was granted token %d", b.Child, b.Token, a.Child, a.Token)
 			}
 		}
 	}

@@ -23,7 +23,7 @@ import (
 const (
 	workTable  = "fault_rows"
 	workSchema = "faults_rows"
-	workRows   = 3000
+	workRows   = 6000
 	workLease  = time.Second
 )
 
@@ -185,7 +185,7 @@ func TestWorkRows_WorkersKilledPausedAndTerminated(t *testing.T) {
 	rng := rand.New(rand.NewPCG(*seed, 13))
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	for n, kind := range kinds {
-		time.Sleep(700 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond)
 		if live() == 0 {
 			t.Fatalf("the table was done before fault %d of %d: the faults hit nothing", n+1, len(kinds))
 		}

@@ -15,10 +15,13 @@ import (
 	"github.com/baton-go/baton/core/outbox"
 )
 
-// Delivery is one entry as a processor saw it, with when.
+// Delivery is one entry as a processor saw it, with when, and the fencing
+// token of the leader that delivered it (outbox.FencingToken; 0 when its
+// lock cannot fence).
 type Delivery struct {
-	ID outbox.ID
-	At time.Time
+	ID    outbox.ID
+	At    time.Time
+	Token uint64
 }
 
 // Log records, across every driver of a test, the order in which the
@@ -42,8 +45,9 @@ func (l *Log) Processor(driver, lane string) outbox.Processor {
 				}
 				return out, nil
 			}
+			token, _ := outbox.FencingToken(ctx)
 			l.mu.Lock()
-			l.seen = append(l.seen, Delivery{e.ID, time.Now()})
+			l.seen = append(l.seen, Delivery{ID: e.ID, At: time.Now(), Token: token})
 			if l.by == nil {
 				l.by = map[string]int{}
 			}

@@ -93,3 +93,9 @@ func ChannelProblem(name string) string {
 	}
 	return ""
 }
+
+// NextXIDSQL reads the transaction counter both adapters' NextXID return:
+// the first xid not yet assigned when the statement's snapshot was taken
+// (pg_snapshot_xmax), as decimal text, which every driver reads whole.
+// Every committed entry's xid is below it.
+const NextXIDSQL = `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`

@@ -59,7 +59,7 @@ func startPostgresBinaries() (running, error) {
 // postgresCluster is a throwaway cluster: a data directory made by initdb
 // in a temporary directory, and the server when it runs.
 type postgresCluster struct {
-	postgres string
+	postgres string // the installation's server binary; its tools lie beside it
 	cred     *syscall.Credential
 	dir      string // temporary directory: data/, postgres.log, sockets
 	port     int    // chosen at the first start, kept across restarts

@@ -324,3 +324,32 @@ func processesIn(dir string) []int {
 	}
 	return pids
 }
+
+func TestRedisServer_RestartComesBackEmptyOnTheSameAddress(t *testing.T) {
+	needThrowaway(t)
+	s := StartRedisServer(t)
+	ctx := t.Context()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Restart()
+	if err := pingRedisCtx(ctx, s.Addr()); err != nil {
+		t.Fatalf("not answering on %s after the restart: %v", s.Addr(), err)
+	}
+	var n int64
+	var err error
+	for range 3 { // the client's pooled connection died with the old server
+		if n, err = c.Exists(ctx, "k").Result(); err == nil {
+			break
+		}
+	}
+	if err != nil || n != 0 {
+		t.Fatalf("after the restart EXISTS k = %d, %v; want 0: the server must come back empty", n, err)
+	}
+	s.Stop()
+	if err := pingRedisCtx(ctx, s.Addr()); err == nil {
+		t.Fatal("still answering after Stop")
+	}
+}

@@ -3,9 +3,12 @@
 package testenv
 
 import (
+	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 )
@@ -78,6 +81,28 @@ func (s *PostgresServer) Stop(immediate bool) {
 		s.t.Fatalf("testenv: stop PostgreSQL: %v", err)
 	}
 	s.c.p = nil
+}
+
+// DataDir is the cluster's data directory, for tools that take -D.
+func (s *PostgresServer) DataDir() string { return filepath.Join(s.c.dir, "data") }
+
+// Tool runs one of the installation's programs (pg_resetwal, pg_dump,
+// pg_restore, psql, …) with args, as the owner of the data directory, and
+// returns its combined output; an error includes that output.
+func (s *PostgresServer) Tool(name string, args ...string) ([]byte, error) {
+	bin := s.c.postgres
+	if real, err := filepath.EvalSymlinks(bin); err == nil {
+		bin = real // the installation's own directory, where its tools are
+	}
+	path := filepath.Join(filepath.Dir(bin), name)
+	cmd := exec.Command(path, args...)
+	cmd.Dir = s.c.dir
+	cmd.SysProcAttr = procAttr(s.c.cred, 0)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s: %w%s", path, err, tailSection("output", string(out)))
+	}
+	return out, nil
 }
 
 // Start starts a stopped server again on the same port and waits until it

@@ -128,7 +128,7 @@ func find(t testing.TB, l *lookup, what, env string, search func([]string) (serv
 func unavailable(t testing.TB, what string, err error, env string) {
 	t.Helper()
 	how := "run one on 127.0.0.1:5432 (user postgres, trust auth), install initdb and postgres"
-	if what == "Redis" {
+	if strings.HasPrefix(what, "Redis") {
 		how = "run one on 127.0.0.1:6379, install redis-server"
 	}
 	msg := fmt.Sprintf("no %s server for this test: %v\nSet %s, %s, or start a Docker engine (see docs/testing.md).", what, err, env, how)

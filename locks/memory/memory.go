@@ -187,6 +187,10 @@ func (l *Lock) Token() uint64 { return l.token }
 // Lost implements lock.Lock.
 func (l *Lock) Lost() <-chan struct{} { return l.ka.Lost() }
 
+// Trusted implements lock.Lock: the keepalive's trust window, read on the
+// monotonic clock.
+func (l *Lock) Trusted() bool { return l.ka.Trusted() }
+
 // Release implements lock.Lock.
 func (l *Lock) Release(context.Context) error {
 	trusted := l.ka.Stop()

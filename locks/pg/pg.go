@@ -3,10 +3,12 @@
 //
 // Each held lock pins one connection from the pool it was given: the
 // advisory lock belongs to that server session and lives exactly as long as
-// the session holds it. A watcher pings the connection every PingInterval; a
-// failed or slow ping (backend terminated, server gone, network cut) closes
-// Lost, so a holder learns of the loss within about one interval. The
-// server releases the lock when it notices the session is gone.
+// the session holds it. A watcher reads the idle connection and pings it
+// every PingInterval. A session the server ends (pg_terminate_backend, a
+// shutdown) sends a FATAL error as it goes, and Lost closes on it at once,
+// before the server has freed the lock; a failed or slow ping (server
+// frozen, network cut) closes Lost within about two intervals. The server
+// releases the lock when it notices the session is gone.
 //
 // # Keys
 //
@@ -38,10 +40,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/lock"
@@ -66,9 +71,10 @@ type Options struct {
 	// a namespace the key is KeyIn(Namespace, name) instead of Key(name).
 	// Every node of one deployment must use the same namespace.
 	Namespace string
-	// PingInterval is how often a held lock's connection is checked, and
+	// PingInterval is how often a held lock's connection is pinged, and
 	// how long a ping may take before the lock counts as lost (default
-	// DefaultPingInterval).
+	// DefaultPingInterval). A session the server ends is noticed at once,
+	// without waiting for a ping.
 	PingInterval time.Duration
 	// Backoff paces attempts while waiting for a held lock.
 	Backoff lock.Backoff
@@ -160,8 +166,12 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 	if p.opts.Namespace != "" {
 		key = KeyIn(p.opts.Namespace, name)
 	}
-	var token int64
+	var (
+		token   int64
+		started time.Time
+	)
 	err = lock.WaitFor(ctx, opts.Wait, p.opts.Backoff, func(ctx context.Context) (bool, <-chan struct{}, error) {
+		started = time.Now()
 		err := conn.QueryRow(ctx, p.acquireSQL, key, name).Scan(&token)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil, nil
@@ -179,14 +189,16 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 		return nil, err
 	}
 	l := &Lock{
-		p:     p,
-		name:  name,
-		key:   key,
-		token: uint64(token),
-		conn:  conn,
-		lost:  make(chan struct{}),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		p:      p,
+		name:   name,
+		key:    key,
+		token:  uint64(token),
+		base:   started,
+		conn:   conn,
+		socket: conn.Conn().PgConn().Conn(),
+		lost:   make(chan struct{}),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	go l.watch()
 	return l, nil
@@ -208,8 +220,19 @@ type Lock struct {
 	key   int64
 	token uint64
 
-	mu      sync.Mutex // serialises use of conn
-	conn    *pgxpool.Conn
+	// base is when the acquiring statement started (monotonic); checked
+	// is when the last successful connection check started, as an offset
+	// from base. Trusted reads them without a lock.
+	base    time.Time
+	checked atomic.Int64
+
+	mu     sync.Mutex // serialises use of conn
+	conn   *pgxpool.Conn
+	socket net.Conn // conn's socket, kept for Release to interrupt the watcher
+	// waitMu guards waiting, set while the watcher reads the idle socket:
+	// only then may Release move the socket's deadline to now.
+	waitMu  sync.Mutex
+	waiting bool
 	lostMu  sync.Mutex
 	lost    chan struct{}
 	lostErr error
@@ -230,6 +253,27 @@ func (l *Lock) Token() uint64 { return l.token }
 // Lost implements lock.Lock.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
+// trustedChecks is how many PingIntervals may pass since the start of the
+// last successful connection check before Trusted says no. A check starts
+// every interval and may take one; the third absorbs timer and scheduling
+// delays, so a healthy lock is never reported untrusted. A process that
+// was paused longer cannot know whether the server still has its session,
+// and Trusted is false until the next check succeeds.
+const trustedChecks = 3
+
+// Trusted implements lock.Lock: Lost is open and a connection check
+// succeeded recently (trustedChecks). Unlike a TTL lock, an advisory lock
+// lives as long as its session, so a check that succeeds after a pause
+// makes it trusted again: the session held the lock throughout.
+func (l *Lock) Trusted() bool {
+	select {
+	case <-l.lost:
+		return false
+	default:
+	}
+	return time.Since(l.base)-time.Duration(l.checked.Load()) < trustedChecks*l.p.opts.PingInterval
+}
+
 // markLost closes Lost once, remembering why. It reports whether this call
 // closed it.
 func (l *Lock) markLost(reason error) bool {
@@ -243,29 +287,26 @@ func (l *Lock) markLost(reason error) bool {
 	return true
 }
 
-// watch pings the session until the lock is released or the ping fails.
+// errStopping ends the watch of a lock being released.
+var errStopping = errors.New("released")
+
+// watch checks the session until the lock is released or a check fails.
 func (l *Lock) watch() {
 	defer close(l.done)
-	t := time.NewTicker(l.p.opts.PingInterval)
-	defer t.Stop()
 	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		}
 		l.mu.Lock()
-		ctx, cancel := context.WithTimeout(context.Background(), l.p.opts.PingInterval)
-		err := l.conn.Ping(ctx)
-		cancel()
-		if err != nil {
+		err := l.check()
+		if err != nil && err != errStopping {
 			// The session is gone or unresponsive: the server will (or did)
 			// drop the lock, so stop trusting it now and close our side.
 			destroy(l.conn)
 			l.conn = nil
 		}
 		l.mu.Unlock()
-		if err != nil {
+		switch {
+		case err == errStopping:
+			return
+		case err != nil:
 			if l.markLost(fmt.Errorf("%w: connection check failed: %w", lock.ErrNotHeld, err)) {
 				l.p.opts.Logger.Warn("lock lost", "lock", l.name, "err", err)
 			}
@@ -274,11 +315,74 @@ func (l *Lock) watch() {
 	}
 }
 
+// check listens to the idle session for one PingInterval, then pings it.
+//
+// An idle session hears nothing from the server until the session ends:
+// pg_terminate_backend and a server shutdown send a FATAL error, then close
+// the socket. Reading while waiting turns that into a loss at once, before
+// the exiting backend has freed the lock, instead of at the next ping. The ping
+// catches what sends nothing: a cut network, a frozen server. The read is
+// bounded by a deadline on the socket, not by a context, so it costs no
+// cancel request whatever the pool's context handling; Release ends it by
+// moving the deadline to now.
+func (l *Lock) check() error {
+	pc := l.conn.Conn().PgConn()
+	l.waitMu.Lock()
+	select {
+	case <-l.stop:
+		l.waitMu.Unlock()
+		return errStopping
+	default:
+	}
+	if err := l.socket.SetReadDeadline(time.Now().Add(l.p.opts.PingInterval)); err != nil {
+		l.waitMu.Unlock()
+		return err
+	}
+	l.waiting = true
+	l.waitMu.Unlock()
+
+	err := pc.WaitForNotification(context.Background())
+
+	l.waitMu.Lock()
+	l.waiting = false
+	if derr := l.socket.SetReadDeadline(time.Time{}); derr != nil && err == nil {
+		err = derr
+	}
+	l.waitMu.Unlock()
+	select {
+	case <-l.stop:
+		return errStopping
+	default:
+	}
+	if err != nil && !pgconn.Timeout(err) {
+		return fmt.Errorf("the server ended the session: %w", err)
+	}
+	// A notification (nothing on this session listens) or the quiet
+	// interval's end: now ask.
+	start := time.Since(l.base)
+	ctx, cancel := context.WithTimeout(context.Background(), l.p.opts.PingInterval)
+	defer cancel()
+	if err := l.conn.Ping(ctx); err != nil {
+		return err
+	}
+	l.checked.Store(int64(start))
+	return nil
+}
+
 // Release implements lock.Lock: it stops trusting the lock first, then
 // unlocks and hands the connection back to the pool.
 func (l *Lock) Release(ctx context.Context) error {
 	wasHeld := l.markLost(fmt.Errorf("%w: released by its holder", lock.ErrNotHeld))
-	l.stopOnce.Do(func() { close(l.stop) })
+	l.stopOnce.Do(func() {
+		close(l.stop)
+		// End the watcher's wait at once; never its ping, whose reply a
+		// timeout would leave unread (pgx then closes the connection).
+		l.waitMu.Lock()
+		if l.waiting {
+			_ = l.socket.SetReadDeadline(time.Now())
+		}
+		l.waitMu.Unlock()
+	})
 	<-l.done
 
 	l.mu.Lock()

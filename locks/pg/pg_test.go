@@ -223,3 +223,55 @@ func TestNamespace_KeepsDeploymentsInOneDatabaseApart(t *testing.T) {
 		t.Fatal("namespaced keys collide with plain or shifted ones")
 	}
 }
+
+// pg_terminate_backend frees the advisory lock at once, and another session
+// can take it at once; the holder must learn of it as soon as the server
+// says so, not at its next ping. With an hour between pings, only the
+// server's word can close Lost.
+func TestLost_ClosesWhenTheBackendIsTerminatedWithoutWaitingForAPing(t *testing.T) {
+	env := setup(t)
+	p := newProvider(t, newPool(t, env.URL), pg.Options{PingInterval: time.Hour})
+	ctx := context.Background()
+	l, err := p.Acquire(ctx, "terminated", lock.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l
+	t.Cleanup(func() { first.Release(ctx) }) // hands the connection back if the test fails
+	if err := terminateHolder(ctx, env.Pool, "terminated"); err != nil {
+		t.Fatal(err)
+	}
+	// A liveness bound, not a speed check: see BenchmarkLost_AfterTerminate.
+	if !closedWithin(l.Lost(), 30*time.Second) {
+		t.Fatal("Lost still open 30s after the backend was terminated; the next ping is an hour away")
+	}
+	if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Release after loss: %v, want ErrNotHeld", err)
+	}
+	// A release interrupts the wait for the server at once, too.
+	l, err = p.Acquire(ctx, "terminated", lock.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- l.Release(ctx) }()
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Release still waiting 30s later; the watcher's wait must end at once")
+	}
+}
+
+func closedWithin(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}

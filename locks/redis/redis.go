@@ -11,10 +11,14 @@
 //
 // Fencing tokens come from a counter key incremented by a script that first
 // checks the lock key still holds this acquisition's value, so a token is
-// only ever issued to the current holder. The script travels in the same
-// pipeline as the obtain, so an acquisition costs one round trip like a bare
-// redislock Obtain. Both keys share a hash tag, so the provider works on
-// Redis Cluster.
+// only ever issued to the current holder. A token is never below the
+// server's clock in microseconds, so tokens keep rising when the server
+// loses the counter: a restart without persistence, or a failover to a
+// replica that lagged. The script travels in the same pipeline as the
+// obtain, so an acquisition costs one round trip like a bare redislock
+// Obtain. Both keys share a hash tag, so the provider works on Redis
+// Cluster; a lock name beginning with '}', which would empty that tag, is
+// refused.
 package redis
 
 import (
@@ -83,13 +87,26 @@ func (o *Options) validate() error {
 	return o.Backoff.Validate()
 }
 
-// fenceScript increments the fence counter only if the lock key still holds
-// this acquisition's value, and answers 0 otherwise.
+// fenceScript issues a token only if the lock key still holds this
+// acquisition's value, and answers 0 otherwise. The token is the counter
+// plus one, raised to the server's clock in microseconds when that is
+// larger, and becomes the counter: a server that lost the counter (a
+// restart without persistence, a failover to a replica that had not seen
+// the last increments) resumes above every token it issued before, as long
+// as its clock did not go back. Lua's numbers are doubles, exact below
+// 2^53, which the clock in microseconds reaches in the year 2255; %d writes
+// the counter back as an integer. redis.replicate_commands lets Redis
+// before 5 write after reading TIME; later versions always replicate a
+// script's effects.
 var fenceScript = goredis.NewScript(`
-if redis.call("get", KEYS[1]) == ARGV[1] then
-	return redis.call("incr", KEYS[2])
+if redis.call("get", KEYS[1]) ~= ARGV[1] then
+	return 0
 end
-return 0`)
+redis.replicate_commands()
+local t = redis.call("time")
+local n = math.max(tonumber(redis.call("get", KEYS[2]) or "0") + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call("set", KEYS[2], string.format("%d", n))
+return n`)
 
 // fencingClient is the client redislock talks through during one
 // acquisition attempt. Until a token has been issued, it sends each script
@@ -158,9 +175,27 @@ func (p *Provider) LockKey(name string) string { return p.opts.Prefix + "lock:{"
 // FenceKey is the key that counts the named lock's fencing tokens.
 func (p *Provider) FenceKey(name string) string { return p.opts.Prefix + "fence:{" + name + "}" }
 
-// Acquire implements lock.Provider.
+// checkName refuses a name beginning with '}'. The keys wrap the name in a
+// hash tag, "lock:{name}", and Redis Cluster takes the tag to end at the
+// first '}': such a name leaves it empty, Cluster then hashes whole keys,
+// and the lock key and its fence key land in different slots (the fence
+// script is refused, and Acquire would retry until its deadline). A brace
+// anywhere else is harmless: both keys get the same tag.
+func checkName(name string) error {
+	if strings.HasPrefix(name, "}") {
+		return fmt.Errorf("%w: %q begins with '}', which would empty the Redis Cluster hash tag "+
+			"that keeps the lock and its fence counter in one slot", lock.ErrInvalidName, name)
+	}
+	return nil
+}
+
+// Acquire implements lock.Provider. Besides core's name rule it refuses a
+// name beginning with '}' (see docs/locks.md), with lock.ErrInvalidName.
 func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
 	if err := lock.CheckAcquire(name, opts); err != nil {
+		return nil, err
+	}
+	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	l := &Lock{name: name}
@@ -248,6 +283,10 @@ func (l *Lock) Token() uint64 { return l.token }
 
 // Lost implements lock.Lock.
 func (l *Lock) Lost() <-chan struct{} { return l.ka.Lost() }
+
+// Trusted implements lock.Lock: the keepalive's trust window, read on the
+// monotonic clock.
+func (l *Lock) Trusted() bool { return l.ka.Trusted() }
 
 // Release implements lock.Lock. It stops trusting the lock first, then
 // deletes the key only if it still holds this acquisition's value.

@@ -143,3 +143,79 @@ func TestAcquire_IssuesTokensAfterTheServerForgetsItsScripts(t *testing.T) {
 		t.Fatalf("fence counter %d, last token %d: a token was drawn without being issued", got, prev)
 	}
 }
+
+// A Redis without persistence forgets the fence counter when it restarts.
+// The tokens issued after the restart must still be above every token
+// issued before it, or a resource that saw the old tokens refuses every new
+// holder, and new terms carry tokens old ones had.
+func TestAcquire_TokensKeepRisingAcrossARestartWithoutPersistence(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { client.Close() })
+	p, err := batonredis.New(client, batonredis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	acquire := func() uint64 {
+		t.Helper()
+		var l lock.Lock
+		var err error
+		for range 3 { // the first call after a restart may meet a dead pooled connection
+			if l, err = p.Acquire(ctx, "restarted", lock.AcquireOptions{}); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return l.Token()
+	}
+	var highest uint64
+	for range 3 {
+		highest = max(highest, acquire())
+	}
+	for restart := range 2 {
+		srv.Restart()
+		if n, _ := client.Exists(ctx, p.FenceKey("restarted")).Result(); n != 0 {
+			t.Fatal("the fence counter survived the restart; the test proves nothing")
+		}
+		tok := acquire()
+		if tok <= highest {
+			t.Fatalf("after restart %d the token is %d, not above %d issued before it", restart+1, tok, highest)
+		}
+		highest = tok
+		if next := acquire(); next <= tok {
+			t.Fatalf("after restart %d tokens went from %d to %d", restart+1, tok, next)
+		}
+		highest = max(highest, acquire())
+	}
+}
+
+// The server's clock only raises a token: a counter already above it (two
+// acquisitions within one microsecond, or a clock that went back) goes on
+// counting by one.
+func TestAcquire_ACounterAboveTheClockCountsOnByOne(t *testing.T) {
+	env := testenv.Redis(t)
+	p := newProvider(t, env, batonredis.Options{})
+	ctx := context.Background()
+	const ahead = 1 << 52 // far above the clock in microseconds, still exact in Lua
+	if err := env.Client.Set(ctx, p.FenceKey("ahead"), ahead, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 2; i++ {
+		l, err := p.Acquire(ctx, "ahead", lock.AcquireOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Token() != ahead+i {
+			t.Fatalf("token %d, want %d: the counter plus one", l.Token(), ahead+i)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

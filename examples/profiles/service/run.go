@@ -32,12 +32,18 @@ const shutdownTimeout = 10 * time.Second
 
 // Config is everything Run needs. Zero durations take baton's defaults.
 type Config struct {
-	Listen           string
-	DatabaseURL      string
-	EngineURL        string // "" starts an in-process fake engine
-	EngineToken      string
-	AdminToken       string // "" turns the admin API off
+	Listen      string
+	DatabaseURL string
+	EngineURL   string // "" starts an in-process fake engine
+	EngineToken string
+	// AdminToken authenticates the operator routes (/status, /maintenance,
+	// /admin/outbox/, /engine/deliveries); "" turns them off.
+	AdminToken string
+	// Users maps each user's name to the bearer token they authenticate
+	// with: the profile API's stand-in for a real identity provider.
+	Users            map[string]string
 	Advertise        string
+	Peers            []string // where the holder proxy may forward
 	InstanceID       string
 	MaintenanceEvery time.Duration
 
@@ -92,8 +98,40 @@ func (c Config) Validate() error {
 		return fmt.Errorf("the partition count is %d; it must be between 0 and %d", c.Partitions, lease.MaxPartitions)
 	case c.EngineToken != "" && c.EngineURL == "":
 		return errors.New("an engine token was given without an engine URL; the in-process fake engine takes none")
+	case c.AdminToken != "" && len(c.AdminToken) < minTokenLength:
+		return fmt.Errorf("the admin token is %d characters; use at least %d random ones", len(c.AdminToken), minTokenLength)
+	}
+	seen := map[string]string{}
+	for name, token := range c.Users {
+		switch {
+		case !validUserName(name):
+			return fmt.Errorf("user name %q: use 1 to 64 letters, digits, '-' or '_'", name)
+		case len(token) < minTokenLength:
+			return fmt.Errorf("the token of user %q is %d characters; use at least %d random ones", name, len(token), minTokenLength)
+		case token == c.AdminToken:
+			return fmt.Errorf("user %q has the admin token; every user needs a token of their own", name)
+		case seen[token] != "":
+			return fmt.Errorf("users %q and %q have the same token", seen[token], name)
+		}
+		seen[token] = name
 	}
 	return nil
+}
+
+// minTokenLength is the shortest token accepted: a guessable token is no
+// authentication.
+const minTokenLength = 16
+
+func validUserName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // Run serves one instance until ctx ends, then shuts it down in the order
@@ -114,9 +152,13 @@ func Run(ctx context.Context, cfg Config) error {
 	log = log.With("instance", instanceID)
 
 	// The application's pool: profiles, the outbox, the lease table.
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	poolCfg, err := parseDatabaseURL(cfg.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("database URL: %w", err)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return fmt.Errorf("database pool: %w", err)
 	}
 	defer pool.Close()
 	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{Logger: log}); err != nil {
@@ -228,7 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	proxy, err := holder.RoleProxy(mgr.Registry(), maintenanceRole, holder.Options{Self: self, Logger: log}, "/maintenance")
+	proxy, err := holder.RoleProxy(mgr.Registry(), maintenanceRole, holder.Options{Self: self, Peers: cfg.Peers, Logger: log}, "/maintenance")
 	if err != nil {
 		return err
 	}
@@ -241,20 +283,17 @@ func Run(ctx context.Context, cfg Config) error {
 		instanceID: instanceID,
 		address:    self,
 		adminToken: cfg.AdminToken,
+		users:      newUserTokens(cfg.Users),
 		fake:       fake,
 		log:        log,
 	}
-	srv := &http.Server{
-		Handler:           proxy(svc.routes()), // outermost: a non-holder starts no local work
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := newHTTPServer(proxy(svc.routes()), log) // the proxy outermost: a non-holder starts no local work
 
 	if err := mgr.Start(ctx); err != nil {
 		return err
 	}
 
-	// Every goroutine is owned here and waited for before run returns.
+	// Every goroutine is owned here and waited for before Run returns.
 	var wg sync.WaitGroup
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLoops()
@@ -268,6 +307,12 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	wg.Go(func() { svc.maintain(loops, cfg.MaintenanceEvery) })
 
+	if len(cfg.Users) == 0 {
+		log.Warn("no users configured (" + envUsers + "): every request to the profile API is answered 401")
+	}
+	if cfg.AdminToken == "" {
+		log.Warn("no admin token configured (" + envAdminToken + "): the operator routes are off")
+	}
 	log.Info("serving", "listen", ln.Addr().String(), "advertised", self)
 	if cfg.Ready != nil {
 		cfg.Ready(InstanceInfo{URL: "http://" + ln.Addr().String(), Address: self, InstanceID: instanceID, EngineURL: engineURL})
@@ -298,11 +343,23 @@ func Run(ctx context.Context, cfg Config) error {
 	return failed
 }
 
-// newLockPool is a small pool for the lock provider.
-func newLockPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// errBadDatabaseURL says the URL is wrong without quoting it, or the
+// driver's message about it: either may hold the password.
+var errBadDatabaseURL = errors.New("the database URL is not a valid PostgreSQL connection string (not shown: it may hold a password)")
+
+func parseDatabaseURL(url string) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("database URL: %w", err)
+		return nil, errBadDatabaseURL
+	}
+	return pc, nil
+}
+
+// newLockPool is a small pool for the lock provider.
+func newLockPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pc, err := parseDatabaseURL(url)
+	if err != nil {
+		return nil, err
 	}
 	pc.MaxConns = 3 // two locks held at once, plus one acquiring
 	return pgxpool.NewWithConfig(ctx, pc)
@@ -328,4 +385,24 @@ func (b *bearerToken) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context()) // a RoundTripper must not change the caller's request
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)
+}
+
+// newHTTPServer is the service's HTTP server.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// Every phase of a connection is bounded, so that slow or idle clients
+	// cannot hold connections (and the goroutines serving them) for ever.
+	// The write bound covers a forwarded request's whole answer: keep it
+	// above the holder proxy's ResponseHeaderTimeout (10 s).
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }

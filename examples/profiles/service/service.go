@@ -39,6 +39,7 @@ type service struct {
 	instanceID string
 	address    string
 	adminToken string
+	users      userTokens
 	fake       *graphtest.Engine // nil with a real engine
 	log        *slog.Logger
 
@@ -82,19 +83,25 @@ func createTables(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// routes are the service's handlers. The profile API wants a user's token
+// and works on that user's profiles only; everything an operator uses wants
+// the admin token. Authentication runs on the instance that serves the
+// request: the holder proxy, outermost, forwards the credentials to the
+// holder with the request.
 func (s *service) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /profiles", s.createProfile)
-	mux.HandleFunc("GET /profiles/{id}", s.getProfile)
-	mux.HandleFunc("PUT /profiles/{id}/label", s.relabelProfile)
-	mux.HandleFunc("GET /status", s.status)
+	mux.Handle("POST /profiles", s.asUser(s.createProfile))
+	mux.Handle("GET /profiles/{id}", s.asUser(s.getProfile))
+	mux.Handle("PUT /profiles/{id}/label", s.asUser(s.relabelProfile))
+	admin := func(h http.HandlerFunc) http.Handler { return requireBearer(s.adminToken, h) }
+	mux.Handle("GET /status", admin(s.status))
 	// Behind the holder proxy: these run on the holder of the role only.
-	mux.HandleFunc("GET /maintenance", s.serveMaintenance)
-	mux.HandleFunc("POST /maintenance/run", s.runMaintenance)
+	mux.Handle("GET /maintenance", admin(s.serveMaintenance))
+	mux.Handle("POST /maintenance/run", admin(s.runMaintenance))
 	mux.Handle("/admin/outbox/", requireBearer(s.adminToken,
 		http.StripPrefix("/admin/outbox", outbox.AdminHandler(s.outbox, s.log))))
 	if s.fake != nil {
-		mux.HandleFunc("GET /engine/deliveries", s.engineDeliveries)
+		mux.Handle("GET /engine/deliveries", admin(s.engineDeliveries))
 	}
 	return mux
 }
@@ -106,13 +113,22 @@ type profile struct {
 	Label string `json:"label"`
 }
 
-// createProfile writes the profile's row and announces it to the graph
-// engine (graph.init, and graph.metadata for its label) in one transaction.
-func (s *service) createProfile(w http.ResponseWriter, r *http.Request) {
-	var p profile
-	if !readJSON(w, r, &p) {
+// createRequest is what POST /profiles takes. There is no owner: the owner
+// is the authenticated user, and a body that names one is refused.
+type createRequest struct {
+	ID    string `json:"id"`
+	Label string `json:"label"`
+}
+
+// createProfile writes the profile's row, owned by the user, and announces
+// it to the graph engine (graph.init, and graph.metadata for its label) in
+// one transaction.
+func (s *service) createProfile(w http.ResponseWriter, r *http.Request, user string) {
+	var req createRequest
+	if !readJSON(w, r, &req) {
 		return
 	}
+	p := profile{ID: req.ID, Owner: user, Label: req.Label}
 	if p.ID == "" {
 		p.ID = outbox.NewID().String()
 	}
@@ -172,9 +188,10 @@ func (s *service) createProfile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, p)
 }
 
-// relabelProfile changes a profile's label and announces it (graph.metadata)
-// in one transaction.
-func (s *service) relabelProfile(w http.ResponseWriter, r *http.Request) {
+// relabelProfile changes the label of one of the user's profiles and
+// announces it (graph.metadata) in one transaction. Another user's profile
+// is answered as if it did not exist.
+func (s *service) relabelProfile(w http.ResponseWriter, r *http.Request, user string) {
 	var body struct {
 		Label string `json:"label"`
 	}
@@ -198,7 +215,7 @@ func (s *service) relabelProfile(w http.ResponseWriter, r *http.Request) {
 	// Lock the row first. SELECT … FOR UPDATE takes no xid, so a concurrent
 	// relabel of this profile waits here, before it has one, and takes its
 	// xid (and its place in the outbox) after this transaction commits.
-	err = tx.QueryRow(ctx, `SELECT owner_id FROM profiles WHERE id = $1 FOR UPDATE`, p.ID).Scan(&p.Owner)
+	err = tx.QueryRow(ctx, `SELECT owner_id FROM profiles WHERE id = $1 AND owner_id = $2 FOR UPDATE`, p.ID, user).Scan(&p.Owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no profile %q", p.ID))
 		return
@@ -230,9 +247,12 @@ func (s *service) enqueueOn(tx pgx.Tx) graph.EnqueueFunc {
 	}
 }
 
-func (s *service) getProfile(w http.ResponseWriter, r *http.Request) {
+// getProfile answers one of the user's profiles; another user's is
+// answered as if it did not exist.
+func (s *service) getProfile(w http.ResponseWriter, r *http.Request, user string) {
 	p := profile{ID: r.PathValue("id")}
-	err := s.pool.QueryRow(r.Context(), `SELECT owner_id, label FROM profiles WHERE id = $1`, p.ID).Scan(&p.Owner, &p.Label)
+	err := s.pool.QueryRow(r.Context(), `SELECT owner_id, label FROM profiles WHERE id = $1 AND owner_id = $2`,
+		p.ID, user).Scan(&p.Owner, &p.Label)
 	if errors.Is(err, pgx.ErrNoRows) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no profile %q", p.ID))
 		return
@@ -318,16 +338,66 @@ func (s *service) engineDeliveries(w http.ResponseWriter, r *http.Request) {
 func requireBearer(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token == "" {
-			writeError(w, http.StatusNotFound, "the outbox admin API is off; start the service with -admin-token")
+			writeError(w, http.StatusNotFound, "the operator routes are off; start the service with "+envAdminToken+" set")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := bearer(r)
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="outbox admin"`)
-			writeError(w, http.StatusUnauthorized, "the outbox admin API needs the admin token as a bearer token")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="profiles admin"`)
+			writeError(w, http.StatusUnauthorized, "this route needs the admin token as a bearer token")
 			return
 		}
 		next.ServeHTTP(w, r)
+	})
+}
+
+// bearer is the request's bearer token.
+func bearer(r *http.Request) (string, bool) {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return got, ok && got != ""
+}
+
+// userTokens authenticates users by bearer token: the example's minimal
+// stand-in for a real identity provider (sessions, OIDC, mTLS...).
+type userTokens []userToken
+
+type userToken struct{ name, token string }
+
+func newUserTokens(users map[string]string) userTokens {
+	out := make(userTokens, 0, len(users))
+	for name, token := range users {
+		out = append(out, userToken{name: name, token: token})
+	}
+	return out
+}
+
+// identify returns the user whose token the request carries. Every token
+// is compared, in constant time, so the answer's timing does not tell how
+// much of a guess was right or whose token it was close to.
+func (u userTokens) identify(r *http.Request) (string, bool) {
+	got, ok := bearer(r)
+	if !ok {
+		return "", false
+	}
+	who := ""
+	for _, t := range u {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(t.token)) == 1 {
+			who = t.name
+		}
+	}
+	return who, who != ""
+}
+
+// asUser runs h with the authenticated user, or answers 401.
+func (s *service) asUser(h func(w http.ResponseWriter, r *http.Request, user string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, ok := s.users.identify(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="profiles"`)
+			writeError(w, http.StatusUnauthorized, "the profile API needs a user's token as a bearer token")
+			return
+		}
+		h(w, r, user)
 	})
 }
 

@@ -22,7 +22,28 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-const adminToken = "test-admin-token"
+// The tokens of the tests: the admin's and two users'.
+const (
+	adminToken = "test-admin-token-0123456789"
+	aliceToken = "alice-token-0123456789abcdef"
+	bobToken   = "bob-token-0123456789abcdefgh"
+)
+
+// testEnv is the environment the instances read their secrets from, as a
+// deployment would pass them.
+func testEnv(dbURL string) map[string]string {
+	return map[string]string{
+		envDatabaseURL: dbURL,
+		envAdminToken:  adminToken,
+		envUsers:       "alice=" + aliceToken + ",bob=" + bobToken,
+		envPeers:       "127.0.0.1",
+	}
+}
+
+// parseArgs is ParseConfig on a flag set of its own, as the command calls it.
+func parseArgs(args []string, getenv func(string) string) (Config, error) {
+	return ParseConfig(flag.NewFlagSet("profiles", flag.ContinueOnError), args, getenv)
+}
 
 // leaseDuration is long against the handover a release allows (a heartbeat
 // of 200ms), so that a handover by expiry instead would show.
@@ -82,20 +103,18 @@ func startInstance(t *testing.T, name, dbURL, engineURL string) *instance {
 	ctx, cancel := context.WithCancel(context.Background())
 	inst := &instance{name: name, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan InstanceInfo, 1)
-	cfg := Config{
-		Listen:           "127.0.0.1:0",
-		DatabaseURL:      dbURL,
-		EngineURL:        engineURL,
-		AdminToken:       adminToken,
-		InstanceID:       name,
-		MaintenanceEvery: 50 * time.Millisecond,
-		LeaseDuration:    leaseDuration,
-		RenewInterval:    200 * time.Millisecond,
-		HeldSafetyMargin: 500 * time.Millisecond,
-		OutboxIdleDelay:  50 * time.Millisecond,
-		Logger:           slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Ready:            func(i InstanceInfo) { ready <- i },
+	env := testEnv(dbURL)
+	cfg, err := parseArgs([]string{"-listen", "127.0.0.1:0", "-instance-id", name, "-engine-url", engineURL,
+		"-maintenance-every", "50ms"}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
 	}
+	cfg.LeaseDuration = leaseDuration
+	cfg.RenewInterval = 200 * time.Millisecond
+	cfg.HeldSafetyMargin = 500 * time.Millisecond
+	cfg.OutboxIdleDelay = 50 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Ready = func(i InstanceInfo) { ready <- i }
 	go func() { inst.done <- Run(ctx, cfg) }()
 	t.Cleanup(func() { inst.stop(t) })
 	select {
@@ -164,7 +183,7 @@ func (c *cluster) do(t *testing.T, inst *instance, method, path, token string, b
 func (c *cluster) status(t *testing.T, inst *instance) statusReport {
 	t.Helper()
 	var st statusReport
-	if code := c.do(t, inst, http.MethodGet, "/status", "", nil, &st); code != http.StatusOK {
+	if code := c.do(t, inst, http.MethodGet, "/status", adminToken, nil, &st); code != http.StatusOK {
 		t.Fatalf("GET /status on %s: %d", inst.name, code)
 	}
 	return st
@@ -194,26 +213,27 @@ func TestProfiles_CreateAndRelabelReachTheEngineInOrderAndOnce(t *testing.T) {
 	steps := []struct {
 		inst          *instance
 		method, path  string
+		token         string
 		body          any
 		want          int
 		lane, payload string
 	}{
-		{c.a, http.MethodPost, "/profiles", profile{ID: "p1", Owner: "u1"}, http.StatusCreated,
+		{c.a, http.MethodPost, "/profiles", aliceToken, createRequest{ID: "p1"}, http.StatusCreated,
 			graph.LaneInit, `"resourceId":"p1"`},
-		{c.b, http.MethodPut, "/profiles/p1/label", map[string]string{"label": "Ada"}, http.StatusOK,
+		{c.b, http.MethodPut, "/profiles/p1/label", aliceToken, map[string]string{"label": "Ada"}, http.StatusOK,
 			graph.LaneMetadata, `"label":"Ada"`},
-		{c.a, http.MethodPut, "/profiles/p1/label", map[string]string{"label": "Ada L."}, http.StatusOK,
+		{c.a, http.MethodPut, "/profiles/p1/label", aliceToken, map[string]string{"label": "Ada L."}, http.StatusOK,
 			graph.LaneMetadata, `"label":"Ada L."`},
-		{c.b, http.MethodPost, "/profiles", profile{ID: "p2", Owner: "u2", Label: "Grace"}, http.StatusCreated,
+		{c.b, http.MethodPost, "/profiles", bobToken, createRequest{ID: "p2", Label: "Grace"}, http.StatusCreated,
 			graph.LaneInit, `"resourceId":"p2"`},
-		{nil, "", "", nil, 0, // the same transaction's second entry
+		{nil, "", "", "", nil, 0, // the same transaction's second entry
 			graph.LaneMetadata, `"label":"Grace"`},
 	}
 	for _, s := range steps {
 		if s.inst == nil {
 			continue
 		}
-		if code := c.do(t, s.inst, s.method, s.path, "", s.body, nil); code != s.want {
+		if code := c.do(t, s.inst, s.method, s.path, s.token, s.body, nil); code != s.want {
 			t.Fatalf("%s %s on %s: %d, want %d", s.method, s.path, s.inst.name, code, s.want)
 		}
 	}
@@ -245,14 +265,14 @@ func TestProfiles_CreateAndRelabelReachTheEngineInOrderAndOnce(t *testing.T) {
 	}
 
 	// A relabel of an unknown profile changes nothing and enqueues nothing.
-	if code := c.do(t, c.b, http.MethodPut, "/profiles/nobody/label", "", map[string]string{"label": "x"}, nil); code != http.StatusNotFound {
+	if code := c.do(t, c.b, http.MethodPut, "/profiles/nobody/label", aliceToken, map[string]string{"label": "x"}, nil); code != http.StatusNotFound {
 		t.Errorf("relabel of an unknown profile: %d, want 404", code)
 	}
-	// A profile without an owner is refused before anything is written.
-	if code := c.do(t, c.a, http.MethodPost, "/profiles", "", profile{ID: "p3"}, nil); code != http.StatusBadRequest {
-		t.Errorf("create without an owner: %d, want 400", code)
+	// A profile with a bad id is refused before anything is written.
+	if code := c.do(t, c.a, http.MethodPost, "/profiles", aliceToken, createRequest{ID: strings.Repeat("x", 600)}, nil); code != http.StatusBadRequest {
+		t.Errorf("create with an id of 600 bytes: %d, want 400", code)
 	}
-	if code := c.do(t, c.a, http.MethodPost, "/profiles", "", profile{ID: "p1", Owner: "u9"}, nil); code != http.StatusConflict {
+	if code := c.do(t, c.a, http.MethodPost, "/profiles", bobToken, createRequest{ID: "p1"}, nil); code != http.StatusConflict {
 		t.Errorf("create of an existing id: %d, want 409", code)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -265,14 +285,14 @@ func TestProfiles_MaintenanceIsServedByTheHolderThroughEitherInstance(t *testing
 	c := startCluster(t)
 	for _, via := range []*instance{c.a, c.b, c.b, c.a} {
 		var rep maintenanceReport
-		if code := c.do(t, via, http.MethodGet, "/maintenance", "", nil, &rep); code != http.StatusOK {
+		if code := c.do(t, via, http.MethodGet, "/maintenance", adminToken, nil, &rep); code != http.StatusOK {
 			t.Fatalf("GET /maintenance via %s: %d", via.name, code)
 		}
 		if rep.ServedBy != "a" {
 			t.Errorf("GET /maintenance via %s was served by %q, want the holder, a", via.name, rep.ServedBy)
 		}
 		var run maintenanceReport
-		if code := c.do(t, via, http.MethodPost, "/maintenance/run", "", nil, &run); code != http.StatusOK {
+		if code := c.do(t, via, http.MethodPost, "/maintenance/run", adminToken, nil, &run); code != http.StatusOK {
 			t.Fatalf("POST /maintenance/run via %s: %d", via.name, code)
 		}
 		if run.ServedBy != "a" || run.Last == nil || run.Last.Instance != "a" {
@@ -295,7 +315,7 @@ func TestProfiles_ExactlyOneInstanceRunsTheMaintenanceLoop(t *testing.T) {
 		t.Errorf("b, not the holder, ran %d maintenance cycles (held %v)", b.Cycles, b.Held)
 	}
 	var rep maintenanceReport
-	if code := c.do(t, c.b, http.MethodGet, "/maintenance", "", nil, &rep); code != http.StatusOK {
+	if code := c.do(t, c.b, http.MethodGet, "/maintenance", adminToken, nil, &rep); code != http.StatusOK {
 		t.Fatalf("GET /maintenance via b: %d", code)
 	}
 	if rep.Last == nil || rep.Last.Instance != "a" || rep.Last.Token != rep.Token {
@@ -360,7 +380,7 @@ func TestProfiles_ClosingTheHolderHandsTheRoleOver(t *testing.T) {
 		t.Errorf("b's token is %d, want one above a's %d", st.Maintenance.Token, before)
 	}
 	var rep maintenanceReport
-	if code := c.do(t, c.b, http.MethodGet, "/maintenance", "", nil, &rep); code != http.StatusOK || rep.ServedBy != "b" {
+	if code := c.do(t, c.b, http.MethodGet, "/maintenance", adminToken, nil, &rep); code != http.StatusOK || rep.ServedBy != "b" {
 		t.Errorf("GET /maintenance via b after the handover: %d, served by %q; want 200 from b", code, rep.ServedBy)
 	}
 	eventually(t, "b runs maintenance cycles", func() error {
@@ -370,7 +390,7 @@ func TestProfiles_ClosingTheHolderHandsTheRoleOver(t *testing.T) {
 		return nil
 	})
 	// The outbox's leadership moved too: b delivers what it writes now.
-	if code := c.do(t, c.b, http.MethodPost, "/profiles", "", profile{ID: "after", Owner: "u1"}, nil); code != http.StatusCreated {
+	if code := c.do(t, c.b, http.MethodPost, "/profiles", aliceToken, createRequest{ID: "after"}, nil); code != http.StatusCreated {
 		t.Fatalf("create on b: %d", code)
 	}
 	got, err := c.engine.WaitDeliveries(1, waitFor)
@@ -385,17 +405,17 @@ func TestProfiles_ClosingTheHolderHandsTheRoleOver(t *testing.T) {
 func TestConfig_FlagsWinOverTheEnvironmentAndBadValuesAreNamed(t *testing.T) {
 	env := map[string]string{
 		envListen:           "127.0.0.1:9000",
-		envAdminToken:       "from-env",
+		envAdminToken:       adminToken,
 		envMaintenanceEvery: "3s",
 	}
 	parse := func(args ...string) (Config, error) {
-		return ParseConfig(flag.NewFlagSet("profiles", flag.ContinueOnError), args, func(k string) string { return env[k] })
+		return parseArgs(args, func(k string) string { return env[k] })
 	}
 	cfg, err := parse("-listen", "127.0.0.1:9001")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Listen != "127.0.0.1:9001" || cfg.AdminToken != "from-env" || cfg.MaintenanceEvery != 3*time.Second {
+	if cfg.Listen != "127.0.0.1:9001" || cfg.AdminToken != adminToken || cfg.MaintenanceEvery != 3*time.Second {
 		t.Errorf("config = %+v; want the -listen flag over %s, the token and interval from the environment", cfg, envListen)
 	}
 	if cfg.DatabaseURL != defaultDatabaseURL || cfg.EngineURL != "" {
@@ -407,9 +427,30 @@ func TestConfig_FlagsWinOverTheEnvironmentAndBadValuesAreNamed(t *testing.T) {
 		t.Errorf("an unparsable %s gave %v, want an error naming it", envMaintenanceEvery, err)
 	}
 	delete(env, envMaintenanceEvery)
-	if _, err := parse("-engine-token", "t"); err == nil {
+	env[envEngineToken] = "engine-token-0123456789"
+	if _, err := parse(); err == nil {
 		t.Error("an engine token without an engine URL was accepted")
 	}
+	delete(env, envEngineToken)
+	for value, want := range map[string]string{
+		"alice":       "name=token pairs",
+		"alice=short": "at least 16",
+		"alice=" + aliceToken + ",alice=" + bobToken: "listed twice",
+		"alice=" + aliceToken + ",bob=" + aliceToken: "the same token",
+		"al ice=" + aliceToken:                       "user name",
+		"alice=" + adminToken:                        "the admin token",
+	} {
+		env[envUsers] = value
+		if _, err := parse(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=%q: %v, want an error saying %q", envUsers, value, err, want)
+		}
+	}
+	delete(env, envUsers)
+	env[envAdminToken] = "short"
+	if _, err := parse(); err == nil {
+		t.Error("an admin token of 5 characters was accepted")
+	}
+	env[envAdminToken] = adminToken
 	if _, err := parse("-maintenance-every", "0s"); err == nil {
 		t.Error("a zero maintenance interval was accepted")
 	}

@@ -7,8 +7,10 @@
 //
 //	go run ./examples/profiles -etcd-endpoints 127.0.0.1:2379 -listen 127.0.0.1:8081 -instance-id one
 //
-// (from backends/etcd). Every flag of examples/profiles applies; see its
-// README. The flags below add the cluster.
+// (from backends/etcd). Every flag of examples/profiles applies, and its
+// secrets (the admin token, the users' tokens, the engine token) come from
+// the same environment variables; see its README. The flags below add the
+// cluster.
 package main
 
 import (

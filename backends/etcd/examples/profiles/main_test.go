@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,25 +48,38 @@ type instance struct {
 	done   chan error
 }
 
+// The tokens of the tests: the admin's and a user's.
+const (
+	adminToken = "test-admin-token-0123456789"
+	aliceToken = "alice-token-0123456789abcdef"
+)
+
+// startInstance starts one copy of the command the way a deployment would:
+// settings as flags, secrets in the environment.
 func startInstance(t *testing.T, name, dbURL, engineURL string, c coordination) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	inst := &instance{name: name, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan service.InstanceInfo, 1)
-	cfg := service.Config{
-		Listen:           "127.0.0.1:0",
-		DatabaseURL:      dbURL,
-		EngineURL:        engineURL,
-		InstanceID:       name,
-		MaintenanceEvery: 50 * time.Millisecond,
-		LeaseDuration:    etcdtest.MinLeaseTTL,
-		RenewInterval:    500 * time.Millisecond,
-		HeldSafetyMargin: 500 * time.Millisecond,
-		OutboxIdleDelay:  50 * time.Millisecond,
-		Partitions:       partitions,
-		Logger:           slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Ready:            func(i service.InstanceInfo) { ready <- i },
+	env := map[string]string{
+		"DATABASE_URL":         dbURL,
+		"PROFILES_ADMIN_TOKEN": adminToken,
+		"PROFILES_USERS":       "alice=" + aliceToken,
+		"PROFILES_PEERS":       "127.0.0.1",
 	}
+	cfg, c, err := parseFlags([]string{"-listen", "127.0.0.1:0", "-instance-id", name, "-engine-url", engineURL,
+		"-maintenance-every", "50ms", "-partitions", strconv.Itoa(partitions),
+		"-etcd-endpoints", strings.Join(c.client.Endpoints, ","), "-etcd-prefix", c.prefix},
+		func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.LeaseDuration = etcdtest.MinLeaseTTL
+	cfg.RenewInterval = 500 * time.Millisecond
+	cfg.HeldSafetyMargin = 500 * time.Millisecond
+	cfg.OutboxIdleDelay = 50 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Ready = func(i service.InstanceInfo) { ready <- i }
 	go func() { inst.done <- run(ctx, cfg, c) }()
 	t.Cleanup(func() { inst.stop(t) })
 	select {
@@ -99,12 +113,20 @@ func (i *instance) stop(t *testing.T) {
 
 func (i *instance) status(t *testing.T) status {
 	t.Helper()
-	resp, err := http.Get(i.url + "/status")
+	req, err := http.NewRequest(http.MethodGet, i.url+"/status", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	var st status
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /status on %s: %d", i.name, resp.StatusCode)
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +186,12 @@ func TestProfilesOnEtcd(t *testing.T) {
 		t.Fatal("both or neither instance hold the maintenance role")
 	}
 
-	resp, err := http.Post(b.url+"/profiles", "application/json", bytes.NewReader([]byte(`{"id":"p1","owner":"u1"}`)))
+	req, err := http.NewRequest(http.MethodPost, b.url+"/profiles", bytes.NewReader([]byte(`{"id":"p1","label":"Ada"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +203,7 @@ func TestProfilesOnEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(got[0].Payload), `"resourceId":"p1"`) {
+	if p := string(got[0].Payload); !strings.Contains(p, `"resourceId":"p1"`) || !strings.Contains(p, `"subjectId":"alice"`) {
 		t.Errorf("the engine received %s", got[0].Payload)
 	}
 
