@@ -29,14 +29,35 @@ type LeaseFeatures struct {
 	// Otherwise the store must implement it, and a release must be
 	// announced within 1s.
 	NoReleaseWatch bool
+	// ShortLease is the lease of the subtests that wait for one to expire;
+	// 0 means 400ms. A store whose leases come in a coarser grain, or with
+	// a floor, sets the shortest it grants exactly: etcd grants whole
+	// seconds, no fewer than its minimum TTL (1.5 election timeouts).
+	ShortLease time.Duration
+	// ExpiryLag is how long after a lease's end the store may still refuse
+	// to let another instance take it; 0 means 250ms (a slow round trip).
+	// A store that removes expired leases on a timer of its own adds that
+	// period: etcd's leader looks for expired leases every 500ms, then
+	// revokes them through consensus.
+	ExpiryLag time.Duration
+}
+
+func (f LeaseFeatures) withDefaults() LeaseFeatures {
+	if f.ShortLease == 0 {
+		f.ShortLease = defaultShortLease
+	}
+	if f.ExpiryLag == 0 {
+		f.ExpiryLag = defaultExpiryLag
+	}
+	return f
 }
 
 // Timing of the lease subtests.
 const (
-	// shortLease is the lease of the expiry subtests; pastShortLease is how
-	// long they wait for it to end, with room for a slow round trip.
-	shortLease     = 400 * time.Millisecond
-	pastShortLease = shortLease + 250*time.Millisecond
+	// defaultShortLease is the lease of the expiry subtests; they wait
+	// defaultExpiryLag past its end for it to be over (LeaseFeatures).
+	defaultShortLease = 400 * time.Millisecond
+	defaultExpiryLag  = 250 * time.Millisecond
 	// longLease outlives every subtest, so only a release or a test's
 	// own short lease ever frees a role.
 	longLease = 10 * time.Minute
@@ -63,7 +84,8 @@ const (
 // Several subtests wait for a short lease to expire, in real time: the
 // store's clock must run at the pace of the test's.
 func RunLeaseStore(t *testing.T, factory func(t *testing.T) LeaseHarness, features LeaseFeatures) {
-	s := &leaseSuite{factory: factory, f: features}
+	f := features.withDefaults()
+	s := &leaseSuite{factory: factory, f: f, shortLease: f.ShortLease, pastShortLease: f.ShortLease + f.ExpiryLag}
 	for _, tc := range []struct {
 		name string
 		run  func(t *testing.T)
@@ -97,6 +119,9 @@ func RunLeaseStore(t *testing.T, factory func(t *testing.T) LeaseHarness, featur
 type leaseSuite struct {
 	factory func(t *testing.T) LeaseHarness
 	f       LeaseFeatures
+	// shortLease is the lease of the expiry subtests; pastShortLease is how
+	// long they wait for it to end.
+	shortLease, pastShortLease time.Duration
 }
 
 func (s *leaseSuite) harness(t *testing.T) LeaseHarness {
@@ -271,8 +296,8 @@ func (s *leaseSuite) takesExpired(t *testing.T) {
 	h := s.harness(t)
 	ctx := testCtx(t)
 	role := uniqueName(t, "expired")
-	first := mustTake(t, ctx, h.Store, holderA, role, 0, shortLease)
-	time.Sleep(pastShortLease)
+	first := mustTake(t, ctx, h.Store, holderA, role, 0, s.shortLease)
+	time.Sleep(s.pastShortLease)
 	next := mustTake(t, ctx, h.Second, holderB, role, 0, time.Minute)
 	if next.Token <= first.Token {
 		t.Errorf("the takeover's token %d is not above the expired term's %d", next.Token, first.Token)
@@ -377,8 +402,8 @@ func (s *leaseSuite) expiredTermRetaken(t *testing.T) {
 	h := s.harness(t)
 	ctx := testCtx(t)
 	role := uniqueName(t, "lapsed")
-	first := mustTake(t, ctx, h.Store, holderA, role, 0, shortLease)
-	time.Sleep(pastShortLease)
+	first := mustTake(t, ctx, h.Store, holderA, role, 0, s.shortLease)
+	time.Sleep(s.pastShortLease)
 	// The same holder, with the token of its lapsed term: the term cannot
 	// be renewed, so this is a new term.
 	r := mustTake(t, ctx, h.Store, holderA, role, first.Token, time.Minute)
@@ -397,8 +422,8 @@ func (s *leaseSuite) deposedHolder(t *testing.T) {
 	h := s.harness(t)
 	ctx := testCtx(t)
 	role := uniqueName(t, "deposed")
-	old := mustTake(t, ctx, h.Store, holderA, role, 0, shortLease)
-	time.Sleep(pastShortLease)
+	old := mustTake(t, ctx, h.Store, holderA, role, 0, s.shortLease)
+	time.Sleep(s.pastShortLease)
 	succ := mustTake(t, ctx, h.Second, holderB, role, 0, longLease)
 	if succ.Token <= old.Token {
 		t.Fatalf("successor token %d is not above the deposed holder's %d", succ.Token, old.Token)
@@ -483,12 +508,12 @@ func (s *leaseSuite) tokensIncrease(t *testing.T) {
 		mustRelease(t, ctx, st, role, holder, r.Token, true)
 	}
 	// A takeover after expiry continues the sequence too.
-	r := mustTake(t, ctx, h.Store, holderA, role, 0, shortLease)
+	r := mustTake(t, ctx, h.Store, holderA, role, 0, s.shortLease)
 	if r.Token <= prev {
 		t.Fatalf("got token %d, not above the previous %d", r.Token, prev)
 	}
 	prev = r.Token
-	time.Sleep(pastShortLease)
+	time.Sleep(s.pastShortLease)
 	if r := mustTake(t, ctx, h.Second, holderB, role, 0, longLease); r.Token <= prev {
 		t.Fatalf("the takeover after expiry got token %d, not above the previous %d", r.Token, prev)
 	}
@@ -547,9 +572,9 @@ func (s *leaseSuite) mixedHeartbeat(t *testing.T) {
 	wrongTok := uniqueName(t, "wrong") // held by A, claimed with a wrong token: refused
 	aOwn := mustTake(t, ctx, h.Store, holderA, own, 0, longLease)
 	bOther := mustTake(t, ctx, h.Second, holderB, other, 0, longLease)
-	bLapsed := mustTake(t, ctx, h.Second, holderB, lapsed, 0, shortLease)
+	bLapsed := mustTake(t, ctx, h.Second, holderB, lapsed, 0, s.shortLease)
 	aWrong := mustTake(t, ctx, h.Store, holderA, wrongTok, 0, longLease)
-	time.Sleep(pastShortLease)
+	time.Sleep(s.pastShortLease)
 
 	recs := heartbeat(t, ctx, h.Store, holderA, time.Minute,
 		lease.Claim{Role: own, Token: aOwn.Token},
@@ -699,10 +724,10 @@ func (s *leaseSuite) expiryByStoreClock(t *testing.T) {
 	h := s.harness(t)
 	ctx := testCtx(t)
 	role := uniqueName(t, "clock")
-	a := mustTake(t, ctx, h.Store, holderA, role, 0, shortLease)
-	checkTerm(t, "short term", a, shortLease)
+	a := mustTake(t, ctx, h.Store, holderA, role, 0, s.shortLease)
+	checkTerm(t, "short term", a, s.shortLease)
 	mustRefuse(t, ctx, h.Second, holderB, role, 0, time.Minute)
-	time.Sleep(pastShortLease)
+	time.Sleep(s.pastShortLease)
 	b := mustTake(t, ctx, h.Second, holderB, role, 0, time.Minute)
 	checkTerm(t, "takeover", b, time.Minute)
 	if b.AcquiredAt.Before(a.ExpiresAt) {

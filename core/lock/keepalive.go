@@ -122,8 +122,15 @@ func StartKeepalive(cfg KeepaliveConfig, acquiredAt time.Time) (*Keepalive, erro
 	return k, nil
 }
 
-// Lost is closed once the lock can no longer be trusted.
-func (k *Keepalive) Lost() <-chan struct{} { return k.lost }
+// Lost is closed once the lock can no longer be trusted. It is closed by
+// the time anyone looks after the trust window ended, even when the expiry
+// timer has not run yet (a process that resumes after a pause looks first).
+func (k *Keepalive) Lost() <-chan struct{} {
+	if int64(time.Since(k.base)) >= k.validUntil.Load() {
+		k.markLost(ErrTrustExpired)
+	}
+	return k.lost
+}
 
 // Trusted reports, without blocking, whether the lock is still within its
 // trust window and not lost.

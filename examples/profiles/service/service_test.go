@@ -1,9 +1,10 @@
-package main
+package service
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,6 +40,11 @@ func testEnv(dbURL string) map[string]string {
 	}
 }
 
+// parseArgs is ParseConfig on a flag set of its own, as the command calls it.
+func parseArgs(args []string, getenv func(string) string) (Config, error) {
+	return ParseConfig(flag.NewFlagSet("profiles", flag.ContinueOnError), args, getenv)
+}
+
 // leaseDuration is long against the handover a release allows (a heartbeat
 // of 200ms), so that a handover by expiry instead would show.
 const leaseDuration = 5 * time.Second
@@ -50,7 +56,7 @@ const waitFor = 20 * time.Second
 // instance is one copy of the service, run in-process by run.
 type instance struct {
 	name   string
-	info   instanceInfo
+	info   InstanceInfo
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -96,9 +102,9 @@ func startInstance(t *testing.T, name, dbURL, engineURL string) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	inst := &instance{name: name, cancel: cancel, done: make(chan error, 1)}
-	ready := make(chan instanceInfo, 1)
+	ready := make(chan InstanceInfo, 1)
 	env := testEnv(dbURL)
-	cfg, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-instance-id", name, "-engine-url", engineURL,
+	cfg, err := parseArgs([]string{"-listen", "127.0.0.1:0", "-instance-id", name, "-engine-url", engineURL,
 		"-maintenance-every", "50ms"}, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
@@ -108,8 +114,8 @@ func startInstance(t *testing.T, name, dbURL, engineURL string) *instance {
 	cfg.HeldSafetyMargin = 500 * time.Millisecond
 	cfg.OutboxIdleDelay = 50 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg.Ready = func(i instanceInfo) { ready <- i }
-	go func() { inst.done <- run(ctx, cfg) }()
+	cfg.Ready = func(i InstanceInfo) { ready <- i }
+	go func() { inst.done <- Run(ctx, cfg) }()
 	t.Cleanup(func() { inst.stop(t) })
 	select {
 	case inst.info = <-ready:
@@ -402,7 +408,10 @@ func TestConfig_FlagsWinOverTheEnvironmentAndBadValuesAreNamed(t *testing.T) {
 		envAdminToken:       adminToken,
 		envMaintenanceEvery: "3s",
 	}
-	cfg, err := parseConfig([]string{"-listen", "127.0.0.1:9001"}, func(k string) string { return env[k] })
+	parse := func(args ...string) (Config, error) {
+		return parseArgs(args, func(k string) string { return env[k] })
+	}
+	cfg, err := parse("-listen", "127.0.0.1:9001")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,12 +423,12 @@ func TestConfig_FlagsWinOverTheEnvironmentAndBadValuesAreNamed(t *testing.T) {
 	}
 
 	env[envMaintenanceEvery] = "often"
-	if _, err := parseConfig(nil, func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), envMaintenanceEvery) {
+	if _, err := parse(); err == nil || !strings.Contains(err.Error(), envMaintenanceEvery) {
 		t.Errorf("an unparsable %s gave %v, want an error naming it", envMaintenanceEvery, err)
 	}
 	delete(env, envMaintenanceEvery)
 	env[envEngineToken] = "engine-token-0123456789"
-	if _, err := parseConfig(nil, func(k string) string { return env[k] }); err == nil {
+	if _, err := parse(); err == nil {
 		t.Error("an engine token without an engine URL was accepted")
 	}
 	delete(env, envEngineToken)
@@ -432,17 +441,17 @@ func TestConfig_FlagsWinOverTheEnvironmentAndBadValuesAreNamed(t *testing.T) {
 		"alice=" + adminToken:                        "the admin token",
 	} {
 		env[envUsers] = value
-		if _, err := parseConfig(nil, func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := parse(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s=%q: %v, want an error saying %q", envUsers, value, err, want)
 		}
 	}
 	delete(env, envUsers)
 	env[envAdminToken] = "short"
-	if _, err := parseConfig(nil, func(k string) string { return env[k] }); err == nil {
+	if _, err := parse(); err == nil {
 		t.Error("an admin token of 5 characters was accepted")
 	}
 	env[envAdminToken] = adminToken
-	if _, err := parseConfig([]string{"-maintenance-every", "0s"}, func(k string) string { return env[k] }); err == nil {
+	if _, err := parse("-maintenance-every", "0s"); err == nil {
 		t.Error("a zero maintenance interval was accepted")
 	}
 }

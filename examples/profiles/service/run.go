@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/baton-go/baton/backends/postgres"
 	"github.com/baton-go/baton/core/holder"
 	"github.com/baton-go/baton/core/lease"
+	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/graph/graphtest"
@@ -29,8 +30,8 @@ const maintenanceRole = "profiles-maintenance"
 // role and draining requests in flight.
 const shutdownTimeout = 10 * time.Second
 
-// config is everything run needs. Zero durations take baton's defaults.
-type config struct {
+// Config is everything Run needs. Zero durations take baton's defaults.
+type Config struct {
 	Listen      string
 	DatabaseURL string
 	EngineURL   string // "" starts an in-process fake engine
@@ -55,11 +56,26 @@ type config struct {
 	// Logger receives the service's and baton's records; nil discards them.
 	Logger *slog.Logger
 	// Ready, if set, is called once the instance serves requests.
-	Ready func(instanceInfo)
+	Ready func(InstanceInfo)
+
+	// Leases is the store of the role lease and the partitions; nil is the
+	// PostgreSQL lease table in the service's database. Any lease.Store
+	// does: the wiring is all that changes.
+	Leases lease.Store
+	// Locks is the outbox's lock provider (its leader lock); nil is
+	// PostgreSQL advisory locks on a small pool of their own.
+	Locks lock.Provider
+	// Partitions, above 0, registers a partition set of that many roles
+	// (PartitionSet:partition-N) on the same manager; /status lists those
+	// this instance holds.
+	Partitions int
 }
 
-// instanceInfo describes a running instance.
-type instanceInfo struct {
+// PartitionSet names the partition set that Config.Partitions registers.
+const PartitionSet = "profiles"
+
+// InstanceInfo describes a running instance.
+type InstanceInfo struct {
 	// URL is where the instance serves, from this machine.
 	URL string
 	// Address is what it advertises to the other instances.
@@ -69,7 +85,8 @@ type instanceInfo struct {
 	EngineURL string
 }
 
-func (c config) validate() error {
+// Validate reports the first setting Run cannot work with.
+func (c Config) Validate() error {
 	switch {
 	case c.Listen == "":
 		return errors.New("the listen address is empty")
@@ -77,6 +94,8 @@ func (c config) validate() error {
 		return errors.New("the database URL is empty")
 	case c.MaintenanceEvery <= 0:
 		return fmt.Errorf("the maintenance interval is %v; it must be positive", c.MaintenanceEvery)
+	case c.Partitions < 0 || c.Partitions > lease.MaxPartitions:
+		return fmt.Errorf("the partition count is %d; it must be between 0 and %d", c.Partitions, lease.MaxPartitions)
 	case c.EngineToken != "" && c.EngineURL == "":
 		return errors.New("an engine token was given without an engine URL; the in-process fake engine takes none")
 	case c.AdminToken != "" && len(c.AdminToken) < minTokenLength:
@@ -115,11 +134,11 @@ func validUserName(s string) bool {
 	return true
 }
 
-// run serves one instance until ctx ends, then shuts it down in the order
+// Run serves one instance until ctx ends, then shuts it down in the order
 // that lets the other instances take over at once: the role first, then the
 // HTTP server, then the outbox driver and the maintenance loop.
-func run(ctx context.Context, cfg config) error {
-	if err := cfg.validate(); err != nil {
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	instanceID := cfg.InstanceID
@@ -149,16 +168,19 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 
-	// The lock provider pins a connection per held lock (the outbox leader
-	// lock and its retention lock): it gets a small pool of its own.
-	lockPool, err := newLockPool(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer lockPool.Close()
-	locks, err := pg.New(lockPool, pg.Options{Logger: log})
-	if err != nil {
-		return err
+	locks := cfg.Locks
+	if locks == nil {
+		// The lock provider pins a connection per held lock (the outbox
+		// leader lock and its retention lock): it gets a small pool of its
+		// own.
+		lockPool, err := newLockPool(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return err
+		}
+		defer lockPool.Close()
+		if locks, err = pg.New(lockPool, pg.Options{Logger: log}); err != nil {
+			return err
+		}
 	}
 
 	// The graph engine, and the client that carries our credentials to it.
@@ -220,9 +242,11 @@ func run(ctx context.Context, cfg config) error {
 	}
 
 	// The role lease and the proxy that routes /maintenance to its holder.
-	leaseStore, err := postgres.NewLeaseStore(pool, postgres.LeaseStoreOptions{Logger: log})
-	if err != nil {
-		return err
+	leaseStore := cfg.Leases
+	if leaseStore == nil {
+		if leaseStore, err = postgres.NewLeaseStore(pool, postgres.LeaseStoreOptions{Logger: log}); err != nil {
+			return err
+		}
 	}
 	mgr, err := lease.NewManager(lease.Config{
 		Store:            leaseStore,
@@ -240,6 +264,12 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	var partitions *lease.Partition
+	if cfg.Partitions > 0 {
+		if partitions, err = mgr.RegisterPartition(PartitionSet, cfg.Partitions); err != nil {
+			return err
+		}
+	}
 	proxy, err := holder.RoleProxy(mgr.Registry(), maintenanceRole, holder.Options{Self: self, Peers: cfg.Peers, Logger: log}, "/maintenance")
 	if err != nil {
 		return err
@@ -249,6 +279,7 @@ func run(ctx context.Context, cfg config) error {
 		pool:       pool,
 		outbox:     outboxStore,
 		role:       role,
+		partitions: partitions,
 		instanceID: instanceID,
 		address:    self,
 		adminToken: cfg.AdminToken,
@@ -262,7 +293,7 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 
-	// Every goroutine is owned here and waited for before run returns.
+	// Every goroutine is owned here and waited for before Run returns.
 	var wg sync.WaitGroup
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLoops()
@@ -284,7 +315,7 @@ func run(ctx context.Context, cfg config) error {
 	}
 	log.Info("serving", "listen", ln.Addr().String(), "advertised", self)
 	if cfg.Ready != nil {
-		cfg.Ready(instanceInfo{URL: "http://" + ln.Addr().String(), Address: self, InstanceID: instanceID, EngineURL: engineURL})
+		cfg.Ready(InstanceInfo{URL: "http://" + ln.Addr().String(), Address: self, InstanceID: instanceID, EngineURL: engineURL})
 	}
 
 	var failed error

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"net/http"
@@ -91,11 +91,11 @@ func TestConfig_TokensAreReadFromTheEnvironmentOnly(t *testing.T) {
 	env := map[string]string{envAdminToken: adminToken, envUsers: "alice=" + aliceToken}
 	getenv := func(k string) string { return env[k] }
 	for _, flag := range []string{"-admin-token", "-engine-token", "-users"} {
-		if _, err := parseConfig([]string{flag, "s3cret-s3cret-s3cret"}, getenv); err == nil {
+		if _, err := parseArgs([]string{flag, "s3cret-s3cret-s3cret"}, getenv); err == nil {
 			t.Errorf("%s was accepted on the command line, where every process listing shows it", flag)
 		}
 	}
-	cfg, err := parseConfig(nil, getenv)
+	cfg, err := parseArgs(nil, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,9 +122,9 @@ func TestServer_HasEveryTimeout(t *testing.T) {
 }
 
 func TestRun_ABadDatabaseURLIsNotQuoted(t *testing.T) {
-	cfg := config{Listen: "127.0.0.1:0", DatabaseURL: "host=db port = x password = hunter2-s3cret", MaintenanceEvery: time.Second}
-	err := run(t.Context(), cfg)
+	cfg := Config{Listen: "127.0.0.1:0", DatabaseURL: "host=db port = x password = hunter2-s3cret", MaintenanceEvery: time.Second}
+	err := Run(t.Context(), cfg)
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
-		t.Errorf("run with a bad database URL: %v; want an error that does not quote it", err)
+		t.Errorf("Run with a bad database URL: %v; want an error that does not quote it", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -35,6 +35,7 @@ type service struct {
 	pool       *pgxpool.Pool
 	outbox     *postgres.OutboxStore
 	role       *lease.Lease
+	partitions *lease.Partition // nil without Config.Partitions
 	instanceID string
 	address    string
 	adminToken string
@@ -268,6 +269,15 @@ type statusReport struct {
 	Instance    string            `json:"instance"`
 	Address     string            `json:"address"`
 	Maintenance maintenanceStatus `json:"maintenance"`
+	// Partitions is the partition set, when the service has one.
+	Partitions *partitionStatus `json:"partitions,omitempty"`
+}
+
+type partitionStatus struct {
+	Name  string `json:"name"`
+	Count int    `json:"count"`
+	// Held lists the partitions this instance holds right now.
+	Held []int `json:"held"`
 }
 
 type maintenanceStatus struct {
@@ -283,6 +293,15 @@ type maintenanceStatus struct {
 }
 
 func (s *service) status(w http.ResponseWriter, r *http.Request) {
+	var parts *partitionStatus
+	if p := s.partitions; p != nil {
+		parts = &partitionStatus{Name: PartitionSet, Count: p.Count(), Held: []int{}}
+		for i := range p.Count() {
+			if p.Lease(i).IsHeld() {
+				parts.Held = append(parts.Held, i)
+			}
+		}
+	}
 	writeJSON(w, http.StatusOK, statusReport{
 		Instance: s.instanceID,
 		Address:  s.address,
@@ -294,6 +313,7 @@ func (s *service) status(w http.ResponseWriter, r *http.Request) {
 			HolderAddress: s.role.CurrentHolderAddress(),
 			Cycles:        s.cycles.Load(),
 		},
+		Partitions: parts,
 	})
 }
 
