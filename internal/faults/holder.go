@@ -2,13 +2,10 @@ package faults
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/signal"
-	"syscall"
 	"testing"
 	"time"
 
@@ -63,21 +60,18 @@ type StoreOpener func(ctx context.Context, target string) (store lease.Store, cl
 // a 16-way partition, sampling every lease every samplePeriod and reporting
 // each change of belief. SIGTERM closes the manager gracefully.
 func HolderMain(args []string, open StoreOpener) int {
-	fs := flag.NewFlagSet("holder", flag.ContinueOnError)
+	fs := newChildFlags("holder")
 	target := fs.String("target", "", "how to reach the lease store's server")
-	name := fs.String("name", "", "child name and instance id")
-	report := fs.String("report", "", "collector address")
 	linger := fs.Duration("linger", 0, "negative control: keep believing held this long after IsHeld turned false")
 	leaseFor := fs.Duration("lease", faultLease, "LeaseDuration")
 	renew := fs.Duration("renew", faultRenew, "RenewInterval")
 	margin := fs.Duration("margin", faultMargin, "HeldSafetyMargin")
-	if err := fs.Parse(args); err != nil {
+	rep, ctx, done, err := fs.start(args)
+	if err != nil {
 		return 2
 	}
-	rep := dialReporter(*report, *name)
-	defer rep.close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+	defer done()
+	name := fs.name
 
 	store, closeStore, err := open(context.Background(), *target)
 	if err != nil {

@@ -2,12 +2,16 @@ package faults
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -159,3 +163,26 @@ func (r *reporter) send(e event) {
 }
 
 func (r *reporter) close() { r.conn.Close() }
+
+// childFlags are the flags every child role takes, its name and where to
+// report, beside the role's own.
+type childFlags struct {
+	*flag.FlagSet
+	name, report *string
+}
+
+func newChildFlags(role string) childFlags {
+	fs := flag.NewFlagSet(role, flag.ContinueOnError)
+	return childFlags{fs, fs.String("name", "", "child name"), fs.String("report", "", "collector address")}
+}
+
+// start parses args and connects the reporter. The context ends at
+// SIGTERM; done closes both, when the child returns.
+func (f childFlags) start(args []string) (rep *reporter, ctx context.Context, done func(), err error) {
+	if err := f.Parse(args); err != nil {
+		return nil, nil, nil, err
+	}
+	rep = dialReporter(*f.report, *f.name)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	return rep, ctx, func() { stop(); rep.close() }, nil
+}

@@ -3,13 +3,10 @@ package faults
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,20 +54,16 @@ func (s auditedRows) Finalize(ctx context.Context, lock workrow.LockID, f workro
 // and stalls one in fifty, until SIGTERM; -concurrency runs that many
 // handlers at once.
 func workerMain(args []string) int {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs := newChildFlags("worker")
 	url := fs.String("url", "", "PostgreSQL URL, search_path set to the work table's schema")
-	name := fs.String("name", "", "child name")
-	report := fs.String("report", "", "collector address")
 	seedFlag := fs.Uint64("seed", 1, "seed")
 	direct := fs.Bool("direct", false, "negative control: the handler counts its completion itself, outside the finalize")
 	concurrency := fs.Int("concurrency", 1, "handlers at once")
-	if err := fs.Parse(args); err != nil {
+	rep, ctx, done, err := fs.start(args)
+	if err != nil {
 		return 2
 	}
-	rep := dialReporter(*report, *name)
-	defer rep.close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+	defer done()
 	pool, err := pgxpool.New(context.Background(), *url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
