@@ -19,8 +19,8 @@ import (
 	"github.com/uptrace/bun/driver/pgdriver"
 	"github.com/uptrace/bun/schema"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/core/lease"
-	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // DefaultLeaseChannel is the NOTIFY channel of releases when
@@ -55,7 +55,7 @@ func (o *LeaseStoreOptions) validate() error {
 			return err
 		}
 	}
-	if why := pgrules.ChannelProblem(o.Channel); why != "" {
+	if why := pgsql.ChannelProblem(o.Channel); why != "" {
 		return fmt.Errorf("baton/bunorm: LeaseStoreOptions.Channel %q: %s", o.Channel, why)
 	}
 	return nil

@@ -13,8 +13,8 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/schema"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/core/outbox"
-	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // Enqueue writes one outbox entry with db, which should be the caller's own
@@ -337,7 +337,7 @@ func (s *OutboxStore) State(ctx context.Context) (map[string]string, error) {
 // NextXID implements outbox.Store in one statement.
 func (s *OutboxStore) NextXID(ctx context.Context) (uint64, error) {
 	var next string
-	if err := s.db.NewRaw(pgrules.NextXIDSQL).Scan(ctx, &next); err != nil {
+	if err := s.db.NewRaw(pgsql.NextXIDSQL).Scan(ctx, &next); err != nil {
 		return 0, mapError(areaOutbox, "read the transaction counter", err)
 	}
 	return strconv.ParseUint(next, 10, 64)

@@ -13,8 +13,8 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/schema"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/core/projection"
-	"github.com/baton-go/baton/internal/pgrules"
 )
 
 // ProjectionStoreOptions configure a ProjectionStore. The zero value uses
@@ -95,10 +95,10 @@ func NewProjectionStore(ctx context.Context, db bun.IDB, opts ProjectionStoreOpt
 }
 
 // lockKey orders the flips of one subject: the PostgreSQL adapter's key
-// (pgrules.ProjectionLockKey), so flips from bun and pgx nodes order
+// (pgsql.ProjectionLockKey), so flips from bun and pgx nodes order
 // together.
 func (s *ProjectionStore) lockKey(subject projection.Subject) int64 {
-	return pgrules.ProjectionLockKey(s.lockPrefix, subject.Type, subject.ID)
+	return pgsql.ProjectionLockKey(s.lockPrefix, subject.Type, subject.ID)
 }
 
 // Reserve implements projection.Store: one nextval of the generation

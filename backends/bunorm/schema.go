@@ -10,7 +10,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/baton-go/baton/internal/pgrules"
+	"github.com/baton-go/baton/backends/internal/pgsql"
 )
 
 // SchemaOptions configure CreateSchema and DropSchema. The zero value uses
@@ -252,9 +252,9 @@ func quoteName(name string) string {
 }
 
 // schemaLockKey serializes schema changes on one schema: the PostgreSQL
-// adapter's Migrate key (pgrules.MigrationLockKey), so both adapters'
+// adapter's Migrate key (pgsql.MigrationLockKey), so both adapters'
 // schema changes exclude each other.
-func schemaLockKey(schemaName string) int64 { return pgrules.MigrationLockKey(schemaName) }
+func schemaLockKey(schemaName string) int64 { return pgsql.MigrationLockKey(schemaName) }
 
 // createTable creates one table of the shape, or completes it. search_path
 // points at schemaName.
