@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -612,4 +613,136 @@ func expectedTableNames() []string {
 	names = append(names, pgsql.Tables()...)
 	slices.Sort(names)
 	return names
+}
+
+// logged lists the messages of the records at Info level.
+func (r *logRecorder) logged() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, rec := range r.records {
+		if rec.Level == slog.LevelInfo {
+			out = append(out, rec.Message)
+		}
+	}
+	return out
+}
+
+func mustExec(t *testing.T, ctx context.Context, env *testenv.PostgresEnv, stmts ...string) {
+	t.Helper()
+	for _, s := range stmts {
+		if _, err := env.Pool.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+func TestMigrate_RecreatesAMissingBatonIndex(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	mustExec(t, ctx, env, "DROP INDEX baton_outbox_dead_parked", "DROP INDEX baton_projection_header_active")
+	rec := &logRecorder{}
+
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
+
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Fatalf("VerifySchema after Migrate repaired the indexes: %v", err)
+	}
+	if got := rec.logged(); len(got) != 2 || got[0] != "baton: repaired schema" {
+		t.Errorf("logged %q, want two repairs", got)
+	}
+}
+
+func TestMigrate_RefusesAMissingColumnWithItsExactDDLAndChangesNothing(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	mustExec(t, ctx, env, "ALTER TABLE baton_role_leases DROP COLUMN holder_address",
+		"ALTER TABLE baton_lock_fences ALTER COLUMN token TYPE integer", "DROP INDEX baton_outbox_walk")
+
+	err := Migrate(ctx, env.Pool, MigrateOptions{})
+
+	var se *SchemaError
+	if !errors.As(err, &se) || !errors.Is(err, ErrSchemaMismatch) {
+		t.Fatalf("Migrate = %v, want a *SchemaError", err)
+	}
+	wantDDL := []string{
+		`ALTER TABLE "baton_lock_fences" ALTER COLUMN "token" TYPE bigint USING "token"::bigint`,
+		`ALTER TABLE "baton_role_leases" ADD COLUMN holder_address text NOT NULL DEFAULT ''`,
+	}
+	if !slices.Equal(se.DDL, wantDDL) {
+		t.Errorf("DDL = %q, want %q", se.DDL, wantDDL)
+	}
+	for _, want := range append(wantDDL, `SET search_path TO "`+env.Schema+`"`, "column baton_role_leases.holder_address is missing") {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not print %q:\n%s", want, err)
+		}
+	}
+	// The index repair was rolled back with the rest.
+	if problems := schemaProblems(t, VerifySchema(ctx, env.Pool, VerifyOptions{})); len(problems) != 3 {
+		t.Errorf("after the refused Migrate: %q, want the three problems still there", problems)
+	}
+	// The printed statements fix it; Migrate then repairs the index.
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, s := range append([]string{"SET LOCAL search_path TO " + pgx.Identifier{env.Schema}.Sanitize()}, se.DDL...) {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("after the DDL and Migrate: %v", err)
+	}
+}
+
+// migrationFile returns the text of one embedded migration file.
+func migrationFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := fs.ReadFile(Migrations(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestMigrate_AdoptsTheMigrationsAnExternalToolRanAndAppliesTheRest(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustExec(t, ctx, env, migrationFile(t, "0001_lock_fences.up.sql"), migrationFile(t, "0002_role_leases.up.sql"))
+	rec := &logRecorder{}
+
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
+
+	if got := rec.applied(); !slices.Equal(got, []int64{3, 4}) {
+		t.Errorf("applied %v, want 3 and 4 (1 and 2 ran already)", got)
+	}
+	if got := recordedVersions(t, ctx, env, env.Schema); !slices.Equal(got, allVersions()) {
+		t.Errorf("recorded versions = %v, want %v", got, allVersions())
+	}
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestMigrate_RefusesALaterMigrationsTablesWithoutTheEarlierOnes(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustExec(t, ctx, env, migrationFile(t, "0003_outbox.up.sql"))
+
+	err := Migrate(ctx, env.Pool, MigrateOptions{})
+
+	if err == nil || !strings.Contains(err.Error(), "baton_outbox (migration 3)") {
+		t.Fatalf("Migrate = %v, want a refusal naming a table of migration 3", err)
+	}
+	if got := tablesIn(t, ctx, env, env.Schema); !slices.Equal(got, []string{"baton_outbox", "baton_outbox_dead", "baton_outbox_state"}) {
+		t.Errorf("tables = %q, want those the file made and nothing more", got)
+	}
 }
