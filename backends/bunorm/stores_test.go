@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
@@ -52,18 +53,18 @@ func TestMapError_TurnsRefusalsIntoCoreSentinels(t *testing.T) {
 	_, db := bunEnv(t)
 	ctx := testContext(t)
 	_, err := db.NewRaw(`INSERT INTO baton_role_leases (role, holder, token, acquired_at, renewed_at, expires_at) VALUES ('', 'a', 1, now(), now(), now())`).Exec(ctx)
-	if err := mapError(areaLease, "insert", err); !errors.Is(err, lease.ErrInvalidRole) {
+	if err := adapter.MapError(pgsql.AreaLease, "insert", err); !errors.Is(err, lease.ErrInvalidRole) {
 		t.Errorf("an empty role refused by the table: %v; want lease.ErrInvalidRole", err)
 	}
 	_, err = db.NewRaw(`INSERT INTO baton_outbox (id, lane, payload) VALUES (gen_random_uuid(), ?, '{}')`, strings.Repeat("l", 129)).Exec(ctx)
-	if err := mapError(areaOutbox, "insert", err); !errors.Is(err, outbox.ErrInvalidEntry) {
+	if err := adapter.MapError(pgsql.AreaOutbox, "insert", err); !errors.Is(err, outbox.ErrInvalidEntry) {
 		t.Errorf("a long lane refused by the table: %v; want outbox.ErrInvalidEntry", err)
 	}
 	_, err = db.NewRaw(`INSERT INTO baton_outbox_state (key, value) VALUES ('k', convert_from('\xff'::bytea, 'UTF8'))`).Exec(ctx)
-	if sqlState(err) != "22021" {
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "22021" {
 		t.Fatalf("an invalid UTF-8 state value: err = %v, want SQLSTATE 22021", err)
 	}
-	if err := mapError(areaSettle, "write state", err); !errors.Is(err, outbox.ErrInvalidSettlement) || errors.Is(err, outbox.ErrInvalidEntry) {
+	if err := adapter.MapError(pgsql.AreaSettle, "write state", err); !errors.Is(err, outbox.ErrInvalidSettlement) || errors.Is(err, outbox.ErrInvalidEntry) {
 		t.Errorf("a state value refused in a settlement: %v; want outbox.ErrInvalidSettlement, not outbox.ErrInvalidEntry", err)
 	}
 	st := mustOutboxStore(t, db, OutboxStoreOptions{})

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,22 +19,11 @@ const LeaseTable = pgsql.LeaseTable
 // LeaseStoreOptions.Channel is empty; the bun adapter's default too.
 const DefaultLeaseChannel = pgsql.DefaultLeaseChannel
 
-// LeaseStoreOptions configure a LeaseStore. The zero value uses the
-// defaults.
-type LeaseStoreOptions struct {
-	// Schema holds baton_role_leases. "" uses the connection's search_path;
-	// otherwise every statement names the table in this schema.
-	Schema string
-	// Logger receives the watcher's diagnostics. nil discards them.
-	Logger *slog.Logger
-	// Channel is the NOTIFY channel on which releases are announced and
-	// watched (default DefaultLeaseChannel). Every instance sharing the
-	// table must use the same channel. Channels are per database, so lease
-	// tables in different schemas of one database should use different
-	// channels; otherwise each side's watchers also hear the other's
-	// releases, which costs a heartbeat each but is otherwise harmless.
-	Channel string
-}
+// LeaseStoreOptions configure a LeaseStore: Schema (the schema of
+// baton_role_leases, "" for the search_path), Channel (the NOTIFY channel of
+// releases, default DefaultLeaseChannel) and Logger (nil discards). The zero
+// value uses the defaults. The bun adapter takes the same type.
+type LeaseStoreOptions = pgsql.LeaseStoreOptions
 
 // LeaseStore is the lease.Store over the baton_role_leases table (its
 // Heartbeat, Release and Read), and a lease.ReleaseWatcher through
@@ -68,7 +56,7 @@ func NewLeaseStore(pool *pgxpool.Pool, opts LeaseStoreOptions) (*LeaseStore, err
 	if pool == nil {
 		return nil, errors.New("baton/postgres: NewLeaseStore: the pool is nil")
 	}
-	st, err := pgsql.NewLeaseStore(newPoolDB(pool), pgsql.LeaseConfig{Adapter: adapter, Schema: opts.Schema, Channel: opts.Channel, Logger: opts.Logger})
+	st, err := pgsql.NewLeaseStore(newPoolDB(pool), adapter, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -89,15 +88,10 @@ func enqueue(ctx context.Context, tx pgx.Tx, query string, id outbox.ID, lane st
 	return adapter.Enqueue(ctx, q, query, id, lane, payload)
 }
 
-// OutboxStoreOptions configure an OutboxStore. The zero value uses the
-// defaults.
-type OutboxStoreOptions struct {
-	// Schema holds the outbox tables. "" uses the connection's search_path;
-	// otherwise every statement names the tables in this schema.
-	Schema string
-	// Logger receives the store's diagnostics. nil discards them.
-	Logger *slog.Logger
-}
+// OutboxStoreOptions configure an OutboxStore: Schema (the schema of the
+// outbox tables, "" for the search_path) and Logger (nil discards). The
+// bun adapter takes the same type.
+type OutboxStoreOptions = pgsql.OutboxStoreOptions
 
 // OutboxStore is the outbox.Store over baton_outbox, baton_outbox_state and
 // baton_outbox_dead, and their Rebase. Create it with NewOutboxStore.
@@ -118,6 +112,16 @@ var _ outbox.Store = (*OutboxStore)(nil)
 // RebaseResult is what Rebase found and did, or would do with dryRun.
 type RebaseResult = pgsql.RebaseResult
 
+// ErrRebaseNotNeeded is returned by OutboxStore.Rebase when the stored
+// cursor is below the database's transaction counter: the outbox was not
+// restored logically, and its xids are this database's own.
+var ErrRebaseNotNeeded = pgsql.ErrRebaseNotNeeded
+
+// ErrRebaseNoRoom is returned by OutboxStore.Rebase when the entries to
+// renumber need more xid values than lie below the oldest running
+// transaction.
+var ErrRebaseNoRoom = pgsql.ErrRebaseNoRoom
+
 // NewOutboxStore returns an OutboxStore over pool, or an error naming the
 // first invalid option. It sends nothing to the database; run Migrate (or
 // the migrations) first.
@@ -125,7 +129,7 @@ func NewOutboxStore(pool *pgxpool.Pool, opts OutboxStoreOptions) (*OutboxStore, 
 	if pool == nil {
 		return nil, errors.New("baton/postgres: NewOutboxStore: the pool is nil")
 	}
-	st, err := pgsql.NewOutboxStore(newPoolDB(pool), pgsql.OutboxConfig{Adapter: adapter, Schema: opts.Schema, Logger: opts.Logger})
+	st, err := pgsql.NewOutboxStore(newPoolDB(pool), adapter, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"errors"
-	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -22,17 +21,11 @@ const (
 	ProjectionGenerationSequence = pgsql.ProjectionGenerationSequence
 )
 
-// ProjectionStoreOptions configure a ProjectionStore. The zero value uses
-// the defaults.
-type ProjectionStoreOptions struct {
-	// Schema holds the projection tables. "" uses the connection's
-	// search_path; otherwise every statement names the tables in this
-	// schema.
-	Schema string
-	// Logger receives a Debug record per Replace and per Sweep that
-	// deleted something. nil discards them.
-	Logger *slog.Logger
-}
+// ProjectionStoreOptions configure a ProjectionStore: Schema (the schema of
+// the projection tables, "" for the search_path) and Logger (a Debug record
+// per Replace and per Sweep that deleted something; nil discards). The bun
+// adapter takes the same type.
+type ProjectionStoreOptions = pgsql.ProjectionStoreOptions
 
 // ProjectionStore is the projection.Store over baton_projection_header and
 // baton_projection_detail. Create it with NewProjectionStore.
@@ -61,7 +54,7 @@ func NewProjectionStore(pool *pgxpool.Pool, opts ProjectionStoreOptions) (*Proje
 	if pool == nil {
 		return nil, errors.New("baton/postgres: NewProjectionStore: the pool is nil")
 	}
-	st, err := pgsql.NewProjectionStore(newPoolDB(pool), pgsql.ProjectionConfig{Adapter: adapter, Schema: opts.Schema, Logger: opts.Logger})
+	st, err := pgsql.NewProjectionStore(newPoolDB(pool), adapter, opts)
 	if err != nil {
 		return nil, err
 	}

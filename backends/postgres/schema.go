@@ -23,7 +23,7 @@ type TxStarter interface {
 // which would make two different configured names meet in one schema.
 const MaxSchemaNameLength = pgsql.MaxIdentifierLength
 
-// baton's sentinel errors, the same values the bun adapter returns, so
+// The schema's sentinel errors: the values the bun adapter returns too, so
 // errors.Is gives the same answer on either.
 var (
 	// ErrSchemaMismatch is wrapped by every error caused by a missing or out
@@ -39,14 +39,6 @@ var (
 	// non-fatal and rely on VerifySchema, which accepts a newer schema as
 	// long as everything this binary needs is present.
 	ErrSchemaTooNew = pgsql.ErrSchemaTooNew
-	// ErrRebaseNotNeeded is returned by OutboxStore.Rebase when the stored
-	// cursor is below the database's transaction counter: the outbox was
-	// not restored logically, and its xids are this database's own.
-	ErrRebaseNotNeeded = pgsql.ErrRebaseNotNeeded
-	// ErrRebaseNoRoom is returned by OutboxStore.Rebase when the entries to
-	// renumber need more xid values than lie below the oldest running
-	// transaction.
-	ErrRebaseNoRoom = pgsql.ErrRebaseNoRoom
 )
 
 // SchemaError is VerifySchema's (and Migrate's) report of everything in the

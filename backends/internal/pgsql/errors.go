@@ -125,7 +125,9 @@ func isConflict(err error) bool {
 // quote quotes one identifier.
 func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
 
-// qualified quotes a relation's name, schema-qualified when schema is set.
+// Qualified quotes a relation's name, schema-qualified when schema is set.
+func Qualified(schema, name string) string { return qualified(schema, name) }
+
 func qualified(schema, name string) string {
 	if schema == "" {
 		return quote(name)

@@ -18,12 +18,22 @@ import (
 // configured, for both adapters, so their nodes hear each other.
 const DefaultLeaseChannel = "baton_role_leases"
 
-// LeaseConfig configures a LeaseStore: the adapters' LeaseStoreOptions.
-type LeaseConfig struct {
-	Adapter Adapter
-	Schema  string
+// LeaseStoreOptions configure a LeaseStore, of either adapter. The zero
+// value uses the defaults.
+type LeaseStoreOptions struct {
+	// Schema holds baton_role_leases. "" uses the connection's search_path;
+	// otherwise every statement names the table in this schema.
+	Schema string
+	// Channel is the NOTIFY channel on which releases are announced and
+	// watched (default DefaultLeaseChannel). Every instance sharing the
+	// table, of either adapter, must use the same channel. Channels are per
+	// database, so lease tables in different schemas of one database should
+	// use different channels; otherwise each side's watchers also hear the
+	// other's releases, which costs a heartbeat each but is otherwise
+	// harmless.
 	Channel string
-	Logger  *slog.Logger
+	// Logger receives the watcher's diagnostics. nil discards them.
+	Logger *slog.Logger
 }
 
 // LeaseStore is the lease.Store over baton_role_leases, and the listening
@@ -45,7 +55,7 @@ type LeaseStore struct {
 
 // NewLeaseStore returns a LeaseStore over db, or an error naming the first
 // invalid option. It sends nothing.
-func NewLeaseStore(db DB, c LeaseConfig) (*LeaseStore, error) {
+func NewLeaseStore(db DB, a Adapter, c LeaseStoreOptions) (*LeaseStore, error) {
 	if c.Channel == "" {
 		c.Channel = DefaultLeaseChannel
 	}
@@ -58,11 +68,11 @@ func NewLeaseStore(db DB, c LeaseConfig) (*LeaseStore, error) {
 		}
 	}
 	if why := ChannelProblem(c.Channel); why != "" {
-		return nil, c.Adapter.errorf("LeaseStoreOptions.Channel %q: %s", c.Channel, why)
+		return nil, a.errorf("LeaseStoreOptions.Channel %q: %s", c.Channel, why)
 	}
 	t := qualified(c.Schema, LeaseTable)
 	return &LeaseStore{
-		db: db, a: c.Adapter, channel: c.Channel, logger: c.Logger,
+		db: db, a: a, channel: c.Channel, logger: c.Logger,
 		heartbeatSQL: leaseHeartbeatSQL(t),
 		releaseSQL:   leaseReleaseSQL(t),
 		readSQL:      `SELECT ` + leaseColumns + ` FROM ` + t + ` WHERE role = ANY ($1::text[])`,

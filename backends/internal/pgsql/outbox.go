@@ -12,11 +12,14 @@ import (
 	"github.com/baton-go/baton/core/outbox"
 )
 
-// OutboxConfig configures an OutboxStore: the adapters' OutboxStoreOptions.
-type OutboxConfig struct {
-	Adapter Adapter
-	Schema  string
-	Logger  *slog.Logger
+// OutboxStoreOptions configure an OutboxStore, of either adapter. The zero
+// value uses the defaults.
+type OutboxStoreOptions struct {
+	// Schema holds the outbox tables. "" uses the connection's search_path;
+	// otherwise every statement names the tables in this schema.
+	Schema string
+	// Logger receives the store's diagnostics. nil discards them.
+	Logger *slog.Logger
 }
 
 // OutboxStore is the outbox.Store over baton_outbox, baton_outbox_state and
@@ -37,7 +40,7 @@ var _ outbox.Store = (*OutboxStore)(nil)
 
 // NewOutboxStore returns an OutboxStore over db, or an error naming the
 // first invalid option. It sends nothing.
-func NewOutboxStore(db DB, c OutboxConfig) (*OutboxStore, error) {
+func NewOutboxStore(db DB, a Adapter, c OutboxStoreOptions) (*OutboxStore, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -46,7 +49,7 @@ func NewOutboxStore(db DB, c OutboxConfig) (*OutboxStore, error) {
 			return nil, err
 		}
 	}
-	return &OutboxStore{db: db, a: c.Adapter, logger: c.Logger, sql: newOutboxStatements(c.Schema)}, nil
+	return &OutboxStore{db: db, a: a, logger: c.Logger, sql: newOutboxStatements(c.Schema)}, nil
 }
 
 // EnqueueSQL is Enqueue's statement over the tables found through the

@@ -10,12 +10,16 @@ import (
 	"github.com/baton-go/baton/core/projection"
 )
 
-// ProjectionConfig configures a ProjectionStore: the adapters'
-// ProjectionStoreOptions.
-type ProjectionConfig struct {
-	Adapter Adapter
-	Schema  string
-	Logger  *slog.Logger
+// ProjectionStoreOptions configure a ProjectionStore, of either adapter.
+// The zero value uses the defaults.
+type ProjectionStoreOptions struct {
+	// Schema holds the projection tables. "" uses the connection's
+	// search_path; otherwise every statement names the tables in this
+	// schema.
+	Schema string
+	// Logger receives a Debug record per Replace and per Sweep that
+	// deleted something. nil discards them.
+	Logger *slog.Logger
 }
 
 // ProjectionStore is the projection.Store over baton_projection_header and
@@ -65,7 +69,7 @@ var _ projection.Store = (*ProjectionStore)(nil)
 
 // NewProjectionStore returns a ProjectionStore over db, or an error naming
 // the first invalid option. It sends nothing.
-func NewProjectionStore(db DB, c ProjectionConfig) (*ProjectionStore, error) {
+func NewProjectionStore(db DB, a Adapter, c ProjectionStoreOptions) (*ProjectionStore, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -76,7 +80,7 @@ func NewProjectionStore(db DB, c ProjectionConfig) (*ProjectionStore, error) {
 	}
 	h, d, q := qualified(c.Schema, ProjectionHeaderTable), qualified(c.Schema, ProjectionDetailTable), qualified(c.Schema, ProjectionGenerationSequence)
 	return &ProjectionStore{
-		db: db, a: c.Adapter, logger: c.Logger,
+		db: db, a: a, logger: c.Logger,
 		detail:     [2]string{c.Schema, ProjectionDetailTable},
 		lockPrefix: h,
 		sequence:   q,

@@ -101,7 +101,7 @@ type workColumn struct {
 // invalid option. It sends nothing; the first call reads the table's
 // columns from the catalog (Check does so at once).
 func NewWorkRows[K comparable, R any](db DB, c WorkConfig[K, R]) (*WorkRows[K, R], error) {
-	if err := c.validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	live, err := literalCond(c.Alias, c.Live)
@@ -118,7 +118,9 @@ func NewWorkRows[K comparable, R any](db DB, c WorkConfig[K, R]) (*WorkRows[K, R
 	}, nil
 }
 
-func (c *WorkConfig[K, R]) validate() error {
+// Validate fills the defaults and checks the options, naming the first
+// invalid one.
+func (c *WorkConfig[K, R]) Validate() error {
 	if c.IDColumn == "" {
 		c.IDColumn = DefaultWorkRowIDColumn
 	}
