@@ -179,6 +179,10 @@ func TestWorkRows_ClaimWithBunExpressionsAndFinalizeWith(t *testing.T) {
 		"zero lock":  {Now: now, LeaseUntil: now.Add(time.Minute), BatchSize: 1, Where: c.Where},
 		"batch 0":    {LockID: c.LockID, Now: now, LeaseUntil: now.Add(time.Minute), Where: c.Where},
 		"lease past": {LockID: c.LockID, Now: now, LeaseUntil: now, BatchSize: 1, Where: c.Where},
+		"an Order that limits": {LockID: c.LockID, Now: now, LeaseUntil: now.Add(time.Minute), BatchSize: 1, Where: c.Where,
+			Order: func(q *bun.SelectQuery) *bun.SelectQuery { return q.Order("seq").Limit(1) }},
+		"a Set that filters": {LockID: c.LockID, Now: now, LeaseUntil: now.Add(time.Minute), BatchSize: 1, Where: c.Where,
+			Set: func(q *bun.UpdateQuery) *bun.UpdateQuery { return q.Set("attempts = 0").Where("seq > 0") }},
 	} {
 		if _, err := rows.ClaimWith(ctx, bad); !errors.Is(err, workrow.ErrInvalidSpec) {
 			t.Errorf("ClaimWith with %s: %v; want workrow.ErrInvalidSpec", name, err)
@@ -242,5 +246,32 @@ func TestLeaseStore_WatchReleasesOnATransactionIsUnsupported(t *testing.T) {
 	err = mustLeaseStore(t, tx, LeaseStoreOptions{}).WatchReleases(ctx, func(string) {})
 	if !errors.Is(err, ErrWatchUnsupported) {
 		t.Fatalf("WatchReleases on a bun.Tx = %v; want ErrWatchUnsupported", err)
+	}
+}
+
+// TestWorkRows_ClaimWithKeepsAnOrInsideItsPredicate: a Where joined with
+// WhereOr stays one predicate under the live filter, so a finished row
+// the OR matches is not claimed.
+func TestWorkRows_ClaimWithKeepsAnOrInsideItsPredicate(t *testing.T) {
+	env := testenv.Postgres(t)
+	db := openBun(t, env)
+	ctx := testContext(t)
+	createSuiteTable(t, ctx, db)
+	done := time.Now()
+	if err := insertSuiteRows(ctx, db, []conformance.WorkRow{{ID: 1, Seq: 10}, {ID: 2, Seq: 10, CompletedAt: &done}}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := NewWorkRows[int64, suiteRow](ctx, db, suiteOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	got, err := rows.ClaimWith(ctx, ClaimQuery{LockID: workrow.NewLockID(), Now: now, LeaseUntil: now.Add(time.Minute), BatchSize: 10,
+		Where: func(q bun.QueryBuilder) bun.QueryBuilder { return q.Where("attempts < 0").WhereOr("seq = 10") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != 1 {
+		t.Fatalf("ClaimWith took %+v; want row 1 only (row 2 is finished)", got)
 	}
 }

@@ -206,15 +206,14 @@ func (s *WorkRows[K, R]) ClaimWith(ctx context.Context, c ClaimQuery) ([]workrow
 	if c.Where == nil {
 		return nil, fmt.Errorf("%w: ClaimQuery.Where is nil; a claim must say which rows are due, or it would take finished rows again", workrow.ErrInvalidSpec)
 	}
-	var (
-		parts pgsql.ClaimParts
-		err   error
-	)
-	if parts.Where, err = s.selectPart(" WHERE ", func(q *bun.SelectQuery) *bun.SelectQuery { return q.ApplyQueryBuilder(c.Where) }); err != nil {
+	var parts pgsql.ClaimParts
+	where, err := s.selectPart("WHERE", func(q *bun.SelectQuery) *bun.SelectQuery { return q.ApplyQueryBuilder(c.Where) })
+	if err != nil {
 		return nil, fmt.Errorf("%w: ClaimQuery.Where: %w", workrow.ErrInvalidSpec, err)
 	}
+	parts.Where = "(" + where + ")" // whole, whatever its ORs
 	if c.Order != nil {
-		if parts.Order, err = s.selectPart(" ORDER BY ", c.Order); err != nil {
+		if parts.Order, err = s.selectPart("ORDER BY", c.Order); err != nil {
 			return nil, fmt.Errorf("%w: ClaimQuery.Order: %w", workrow.ErrInvalidSpec, err)
 		}
 	}
@@ -250,10 +249,11 @@ func (s *WorkRows[K, R]) FinalizeWith(ctx context.Context, lock workrow.LockID, 
 	return s.WorkRows.FinalizeWith(ctx, lock, id, visibleAfter, sets)
 }
 
-// selectPart renders what apply adds to a query of the model after sep
-// (" WHERE ", " ORDER BY "): bun writes the query with it and without, and
+// selectPart renders what apply adds to a query of the model, as a
+// WHERE condition or ORDER BY keys (by marks "WHERE" or "ORDER BY"): bun
+// writes the query with it and without it, both ending in a marker, and
 // the difference is the part, its values quoted by bun.
-func (s *WorkRows[K, R]) selectPart(sep string, apply func(*bun.SelectQuery) *bun.SelectQuery) (string, error) {
+func (s *WorkRows[K, R]) selectPart(by string, apply func(*bun.SelectQuery) *bun.SelectQuery) (string, error) {
 	base := func() *bun.SelectQuery {
 		q := s.db.NewSelect().Model((*R)(nil)).ModelTableExpr("baton AS ?TableAlias").ColumnExpr("1")
 		if s.table.SoftDeleteField != nil {
@@ -261,21 +261,27 @@ func (s *WorkRows[K, R]) selectPart(sep string, apply func(*bun.SelectQuery) *bu
 		}
 		return q
 	}
-	return s.part(base(), apply(base()), sep, "")
+	end, marker, joiner := func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("baton_end") }, "(baton_end)", " AND "
+	if by == "ORDER BY" {
+		end, marker, joiner = func(q *bun.SelectQuery) *bun.SelectQuery { return q.OrderExpr("baton_end") }, "baton_end", ", "
+	}
+	return s.part(end(base()), end(apply(base())), marker, joiner, false)
 }
 
 // setPart renders the assignments set adds to an UPDATE of the model.
 func (s *WorkRows[K, R]) setPart(set func(*bun.UpdateQuery) *bun.UpdateQuery) (string, error) {
 	base := func() *bun.UpdateQuery {
-		return s.db.NewUpdate().Model((*R)(nil)).ModelTableExpr("baton AS ?TableAlias").Set("baton = 1")
+		return s.db.NewUpdate().Model((*R)(nil)).ModelTableExpr("baton AS ?TableAlias").Set("baton_end = 1")
 	}
 	end := func(q *bun.UpdateQuery) *bun.UpdateQuery { return q.Where("baton") }
-	return s.part(end(base()), end(set(base())), ", ", " WHERE (baton)")
+	return s.part(end(base()), end(set(base())), "baton_end = 1", ", ", true)
 }
 
-// part is with's text after without's, less sep before it and end after
-// it; anything else set means apply changed more than the part.
-func (s *WorkRows[K, R]) part(without, with schema.QueryAppender, sep, end string) (string, error) {
+// part is what with holds where without holds nothing: next to marker
+// (before it, or after it), joined to it by joiner. Anything with holds
+// elsewhere (a LIMIT, a filter) means the function added more than its
+// part, and is refused.
+func (s *WorkRows[K, R]) part(without, with schema.QueryAppender, marker, joiner string, after bool) (string, error) {
 	gen := s.db.NewRaw("").DB().QueryGen()
 	a, err := without.AppendQuery(gen, nil)
 	if err != nil {
@@ -285,12 +291,15 @@ func (s *WorkRows[K, R]) part(without, with schema.QueryAppender, sep, end strin
 	if err != nil {
 		return "", err
 	}
-	prefix := strings.TrimSuffix(string(a), end)
-	part, ok := strings.CutPrefix(string(b), prefix+sep)
-	if part, found := strings.CutSuffix(part, end); ok && found && part != "" {
-		return part, nil
+	i := strings.Index(string(a), marker)
+	head, tail := string(a[:i]), joiner+string(a[i:])
+	if after {
+		head, tail = string(a[:i+len(marker)])+joiner, string(a[i+len(marker):])
 	}
-	return "", fmt.Errorf("it adds more than that to the statement: %s", b)
+	if len(b) > len(head)+len(tail) && strings.HasPrefix(string(b), head) && strings.HasSuffix(string(b), tail) {
+		return string(b[len(head) : len(b)-len(tail)]), nil
+	}
+	return "", fmt.Errorf("it must add its own part to the statement and nothing else: %s", b)
 }
 
 // ClaimIndex returns the claim index of the work table described by R and
