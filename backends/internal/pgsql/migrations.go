@@ -1,4 +1,4 @@
-package postgres
+package pgsql
 
 import (
 	"embed"
@@ -60,36 +60,144 @@ func mustLoadMigrations(fsys fs.FS, dir string) []migration {
 func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
-		return nil, fmt.Errorf("baton/postgres: read migrations: %w", err)
+		return nil, fmt.Errorf("baton: read migrations: %w", err)
 	}
 	var ms []migration
 	for _, e := range entries { // fs.ReadDir sorts by name, hence by version
 		name := e.Name()
 		m := migrationFileName.FindStringSubmatch(name)
 		if m == nil || e.IsDir() {
-			return nil, fmt.Errorf("baton/postgres: migration file %q: the name must look like 0001_some_title.up.sql", name)
+			return nil, fmt.Errorf("baton: migration file %q: the name must look like 0001_some_title.up.sql", name)
 		}
 		version, _ := strconv.Atoi(m[1]) // four digits: cannot fail
 		if want := len(ms) + 1; version != want {
-			return nil, fmt.Errorf("baton/postgres: migration file %q: version %d, want %d (versions start at 1 and have no gaps or duplicates)", name, version, want)
+			return nil, fmt.Errorf("baton: migration file %q: version %d, want %d (versions start at 1 and have no gaps or duplicates)", name, version, want)
 		}
 		body, err := fs.ReadFile(fsys, dir+"/"+name)
 		if err != nil {
-			return nil, fmt.Errorf("baton/postgres: read migration file %q: %w", name, err)
+			return nil, fmt.Errorf("baton: read migration file %q: %w", name, err)
 		}
 		text := string(body)
 		if first, _, _ := strings.Cut(text, "\n"); strings.TrimRight(first, " \r") != gooseUp {
-			return nil, fmt.Errorf("baton/postgres: migration file %q: the first line must be %q so goose accepts the file", name, gooseUp)
+			return nil, fmt.Errorf("baton: migration file %q: the first line must be %q so goose accepts the file", name, gooseUp)
 		}
 		if !strings.HasSuffix(strings.TrimSpace(text), ";") {
-			return nil, fmt.Errorf("baton/postgres: migration file %q: the file must end with a statement's closing semicolon (goose splits on them, and SchemaSQL appends to the file)", name)
+			return nil, fmt.Errorf("baton: migration file %q: the file must end with a statement's closing semicolon (goose splits on them, and SchemaSQL appends to the file)", name)
 		}
 		ms = append(ms, migration{Version: version, Title: m[2], File: name, SQL: text})
 	}
 	if len(ms) == 0 {
-		return nil, fmt.Errorf("baton/postgres: no migration files in %q", dir)
+		return nil, fmt.Errorf("baton: no migration files in %q", dir)
 	}
 	return ms, nil
+}
+
+// ddl is one statement of a migration file, comments removed, in the
+// order the files run them.
+type ddl struct {
+	pos int
+	sql string
+}
+
+// statements are the statements of every migration, in order: the source
+// of the statements Migrate repairs with and the errors print.
+var statements = splitStatements(migrations)
+
+// splitStatements cuts the files into statements the way goose does: at
+// the semicolons that end lines, except inside a StatementBegin and
+// StatementEnd block, which is one statement. Comment lines are dropped.
+func splitStatements(ms []migration) []ddl {
+	var out []ddl
+	emit := func(s string) {
+		if s = strings.Join(strings.Fields(s), " "); s != "" {
+			out = append(out, ddl{pos: len(out), sql: strings.TrimSuffix(s, ";")})
+		}
+	}
+	for _, m := range ms {
+		var cur strings.Builder
+		block := false
+		for line := range strings.Lines(m.SQL) {
+			switch trimmed := strings.TrimSpace(line); {
+			case trimmed == "-- +goose StatementBegin":
+				block = true
+			case trimmed == "-- +goose StatementEnd":
+				block = false
+				emit(cur.String())
+				cur.Reset()
+			case strings.HasPrefix(trimmed, "--"):
+			default:
+				cur.WriteString(line)
+				if !block && strings.HasSuffix(trimmed, ";") {
+					emit(cur.String())
+					cur.Reset()
+				}
+			}
+		}
+		emit(cur.String())
+	}
+	return out
+}
+
+// statement returns the first statement matching the pattern, with
+// name quoted for a regular expression in place of %s.
+func statement(pattern, name string) (ddl, bool) {
+	re := regexp.MustCompile(fmt.Sprintf(pattern, regexp.QuoteMeta(name)))
+	for _, s := range statements {
+		if re.MatchString(s.sql) {
+			return s, true
+		}
+	}
+	return ddl{}, false
+}
+
+// tableStatements are the statements that make a table: the CREATE TABLE,
+// its indexes, and a sequence made its column's.
+func tableStatements(table string) []ddl {
+	var out []ddl
+	for _, pattern := range []string{`^CREATE (UNLOGGED )?TABLE %s \(`, `^CREATE (UNIQUE )?INDEX \w+ ON %s `, `^ALTER SEQUENCE \w+ OWNED BY %s\.`} {
+		re := regexp.MustCompile(fmt.Sprintf(pattern, regexp.QuoteMeta(table)))
+		for _, s := range statements {
+			if re.MatchString(s.sql) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// columnDefinition is the column's definition in its table's CREATE TABLE
+// statement ("holder_address text NOT NULL DEFAULT ”"), or "".
+func columnDefinition(table, column string) string {
+	create, ok := statement(`^CREATE (UNLOGGED )?TABLE %s \(`, table)
+	if !ok {
+		return ""
+	}
+	body := create.sql[strings.Index(create.sql, "(")+1 : strings.LastIndex(create.sql, ")")]
+	depth, start := 0, 0
+	for i := 0; i <= len(body); i++ {
+		if i < len(body) {
+			switch body[i] {
+			case '(':
+				depth++
+				continue
+			case ')':
+				depth--
+				continue
+			case ',':
+				if depth > 0 {
+					continue
+				}
+			default:
+				continue
+			}
+		}
+		def := strings.TrimSpace(body[start:i])
+		if name, _, _ := strings.Cut(def, " "); name == column {
+			return def
+		}
+		start = i + 1
+	}
+	return ""
 }
 
 // Migrations returns the migration files, at the root of the returned file
@@ -106,9 +214,31 @@ func Migrations() fs.FS {
 	return sub
 }
 
-// migrationsTable is the table, in the target schema, where Migrate records
+// MigrationsTable is the table, in the target schema, where Migrate records
 // applied versions.
-const migrationsTable = "baton_schema_migrations"
+const MigrationsTable = "baton_schema_migrations"
+
+// migrationsTable is MigrationsTable, as this package's code names it.
+const migrationsTable = MigrationsTable
+
+// Versions are the versions of the migrations this binary knows, in order.
+func Versions() []int {
+	vs := make([]int, len(migrations))
+	for i, m := range migrations {
+		vs[i] = m.Version
+	}
+	return vs
+}
+
+// Tables are the tables the migrations make, in the order they make them,
+// without the version table.
+func Tables() []string {
+	names := make([]string, len(expectedShape))
+	for i, t := range expectedShape {
+		names[i] = t.Name
+	}
+	return names
+}
 
 // migrationsTableDDL creates the version table under the given (already
 // quoted) name. It is the same for Migrate and SchemaSQL so both leave the

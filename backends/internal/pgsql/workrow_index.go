@@ -1,22 +1,14 @@
-package postgres
+package pgsql
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/baton-go/baton/core/workrow"
 )
-
-// ErrClaimIndex is wrapped by ClaimIndex.Check when a work table lacks its
-// claim index or has an index that keeps claims from being HOT updates.
-var ErrClaimIndex = errors.New("baton/postgres: work table claim index")
 
 // ClaimIndex describes the index a work table's claims ride: the queue
 // order columns, then the id, partial over the live rows only. Because it
@@ -33,6 +25,8 @@ var ErrClaimIndex = errors.New("baton/postgres: work table claim index")
 // index on locked_until would turn every one of those updates into an
 // insertion into every index of the table.
 type ClaimIndex struct {
+	// Adapter names the package, for errors.
+	Adapter Adapter
 	// Schema and Table name the work table ("" Schema: search_path).
 	Schema, Table string
 	// Name is the index's name (default "<Table>_claim").
@@ -66,22 +60,22 @@ func (ix ClaimIndex) withDefaults() ClaimIndex {
 
 func (ix ClaimIndex) validate() error {
 	for field, name := range map[string]string{"Table": ix.Table, "Name": ix.Name, "IDColumn": ix.IDColumn} {
-		if p := identifierProblem(name); p != "" {
-			return fmt.Errorf("baton/postgres: ClaimIndex.%s %q: %s", field, name, p)
+		if p := IdentifierProblem(name); p != "" {
+			return ix.Adapter.errorf("ClaimIndex.%s %q: %s", field, name, p)
 		}
 	}
 	if ix.Schema != "" {
-		if err := validateSchemaName("ClaimIndex.Schema", ix.Schema); err != nil {
+		if err := ValidateSchemaName("ClaimIndex.Schema", ix.Schema); err != nil {
 			return err
 		}
 	}
 	if ix.Live.IsZero() {
-		return errors.New("baton/postgres: ClaimIndex.Live is empty; the claim index must be partial over the live rows")
+		return ix.Adapter.errorf("ClaimIndex.Live is empty; the claim index must be partial over the live rows")
 	}
 	probe := workrow.ClaimSpec{LockID: workrow.LockID{1}, BatchSize: 1, Eligible: ix.Live, Order: ix.Order}
 	probe.Now, probe.LeaseUntil = probe.Now.AddDate(1, 0, 0), probe.Now.AddDate(2, 0, 0)
 	if err := probe.Validate(); err != nil {
-		return fmt.Errorf("baton/postgres: ClaimIndex.Live or Order: %w", err)
+		return ix.Adapter.errorf("ClaimIndex.Live or Order: %w", err)
 	}
 	return nil
 }
@@ -96,8 +90,20 @@ func (ix ClaimIndex) DDL() (string, error) {
 	}
 	pred, err := literalCond("", ix.Live)
 	if err != nil {
-		return "", fmt.Errorf("baton/postgres: ClaimIndex.Live: %w", err)
+		return "", ix.Adapter.errorf("ClaimIndex.Live: %w", err)
 	}
+	create := "CREATE INDEX "
+	if ix.Concurrently {
+		create += "CONCURRENTLY "
+	}
+	return create + "IF NOT EXISTS " + quote(ix.Name) + " ON " + qualified(ix.Schema, ix.Table) +
+		" (" + strings.Join(ix.Keys(), ", ") + ") WHERE " + pred, nil
+}
+
+// Keys are the index's keys: the Order columns (quoted, with DESC where
+// they descend), then the id.
+func (ix ClaimIndex) Keys() []string {
+	ix = ix.withDefaults()
 	keys := make([]string, 0, len(ix.Order)+1)
 	for _, o := range ix.Order {
 		k := quote(o.Column)
@@ -106,31 +112,34 @@ func (ix ClaimIndex) DDL() (string, error) {
 		}
 		keys = append(keys, k)
 	}
-	keys = append(keys, quote(ix.IDColumn))
-	create := "CREATE INDEX "
-	if ix.Concurrently {
-		create += "CONCURRENTLY "
-	}
-	return create + "IF NOT EXISTS " + quote(ix.Name) + " ON " + workTable(ix.Schema, ix.Table) +
-		" (" + strings.Join(keys, ", ") + ") WHERE " + pred, nil
+	return append(keys, quote(ix.IDColumn))
 }
+
+// Predicate is the index's WHERE clause, with literal values.
+func (ix ClaimIndex) Predicate() (string, error) { return literalCond("", ix.Live) }
 
 // Check verifies, read-only, that the table has a valid index whose keys
 // are the Order columns (same directions) then the id, that the planner
 // uses it for the live rows in queue order, and that no index of the table
 // mentions a lock column. The error wraps ErrClaimIndex and says what to
 // create or drop.
-func (ix ClaimIndex) Check(ctx context.Context, pool *pgxpool.Pool) error {
+func (ix ClaimIndex) Check(ctx context.Context, db Beginner) error {
 	ix = ix.withDefaults()
 	if err := ix.validate(); err != nil {
 		return err
 	}
-	table := workTable(ix.Schema, ix.Table)
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return fmt.Errorf("baton/postgres: check the claim index of %s: %w", table, err)
+	table := qualified(ix.Schema, ix.Table)
+	fail := func(what string, err error) error {
+		return ix.Adapter.errorf("check the claim index of %s: %s: %w", table, what, err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fail("begin", err)
+	}
+	defer rollback(ctx, tx)
+	if _, err := tx.Exec(ctx, "SET TRANSACTION READ ONLY"); err != nil {
+		return fail("begin", err)
+	}
 
 	// Indexes that mention a lock column anywhere: key, expression or
 	// predicate (the latter two recorded as dependencies on the column).
@@ -144,20 +153,13 @@ WHERE i.indrelid = $1::regclass
                   WHERE d.classid = 'pg_class'::regclass AND d.objid = i.indexrelid
                     AND d.refobjid = i.indrelid AND d.refobjsubid = a.attnum))
 ORDER BY 1, 2`, table, ix.LockColumns)
-	if err != nil {
-		return claimIndexErr(table, "read its indexes", err)
-	}
-	var hot []string
-	for rows.Next() {
+	hot, err := collect(rows, err, func(r Rows) (string, error) {
 		var index, col string
-		if err := rows.Scan(&index, &col); err != nil {
-			rows.Close()
-			return claimIndexErr(table, "read its indexes", err)
-		}
-		hot = append(hot, fmt.Sprintf("%s (on %s)", index, col))
-	}
-	if err := rows.Err(); err != nil {
-		return claimIndexErr(table, "read its indexes", err)
+		err := r.Scan(&index, &col)
+		return fmt.Sprintf("%s (on %s)", index, col), err
+	})
+	if err != nil {
+		return fail("read its indexes", err)
 	}
 	if len(hot) > 0 {
 		return fmt.Errorf("%w: %s: %s mention a lock column; drop them: claims, renewals and releases can only be HOT updates when no index mentions the lock columns",
@@ -171,30 +173,30 @@ ORDER BY 1, 2`, table, ix.LockColumns)
 	}
 	want = append(want, ix.IDColumn+":false")
 	rows, err = tx.Query(ctx, `SELECT c.relname,
-       array(SELECT a.attname || ':' || ((i.indoption[k.n - 1] & 1) = 1)::text
+       to_json(array(SELECT a.attname || ':' || ((i.indoption[k.n - 1] & 1) = 1)::text
              FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k (attnum, n)
              JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-             ORDER BY k.n)
+             ORDER BY k.n))::text
 FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
 WHERE i.indrelid = $1::regclass AND i.indisvalid AND i.indpred IS NOT NULL AND i.indexprs IS NULL
   AND i.indnkeyatts = cardinality(i.indkey::int2[])`, table)
-	if err != nil {
-		return claimIndexErr(table, "read its indexes", err)
-	}
 	var candidates []string
-	for rows.Next() {
-		var name string
-		var keys []string
-		if err := rows.Scan(&name, &keys); err != nil {
-			rows.Close()
-			return claimIndexErr(table, "read its indexes", err)
+	err = each(rows, err, func(r Rows) error {
+		var name, keys string
+		var got []string
+		if err := r.Scan(&name, &keys); err != nil {
+			return err
 		}
-		if slices.Equal(keys, want) {
+		if err := json.Unmarshal([]byte(keys), &got); err != nil {
+			return err
+		}
+		if slices.Equal(got, want) {
 			candidates = append(candidates, name)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return claimIndexErr(table, "read its indexes", err)
+		return nil
+	})
+	if err != nil {
+		return fail("read its indexes", err)
 	}
 	ddl, _ := ix.DDL()
 	if len(candidates) == 0 {
@@ -208,18 +210,22 @@ WHERE i.indrelid = $1::regclass AND i.indisvalid AND i.indpred IS NOT NULL AND i
 	if err != nil {
 		return err
 	}
+	order := orderKeys("w", ix.Order)
+	if order != "" {
+		order += ", "
+	}
 	for _, set := range []string{"enable_seqscan", "enable_bitmapscan", "enable_sort"} {
 		if _, err := tx.Exec(ctx, "SET LOCAL "+set+" = off"); err != nil {
-			return claimIndexErr(table, "plan a claim", err)
+			return fail("plan a claim", err)
 		}
 	}
 	var plan []byte
 	err = tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) SELECT w.`+quote(ix.IDColumn)+` FROM `+table+` AS w WHERE `+live+
-		` ORDER BY `+orderBy("w", ix.Order, ix.IDColumn)+` LIMIT 1`).Scan(&plan)
+		` ORDER BY `+order+`w.`+quote(ix.IDColumn)+` LIMIT 1`).Scan(&plan)
 	if err != nil {
-		return claimIndexErr(table, "plan a claim", err)
+		return fail("plan a claim", err)
 	}
-	used := planIndexes(plan)
+	used := PlanIndexes(plan)
 	for _, c := range candidates {
 		if slices.Contains(used, c) {
 			return nil
@@ -237,13 +243,9 @@ func orderNames(ix ClaimIndex) []string {
 	return append(out, ix.IDColumn)
 }
 
-func claimIndexErr(table, what string, err error) error {
-	return fmt.Errorf("baton/postgres: check the claim index of %s: %s: %w", table, what, err)
-}
-
-// planIndexes lists the "Index Name" of every node of an EXPLAIN (FORMAT
+// PlanIndexes lists the "Index Name" of every node of an EXPLAIN (FORMAT
 // JSON) plan.
-func planIndexes(plan []byte) []string {
+func PlanIndexes(plan []byte) []string {
 	var doc any
 	if err := json.Unmarshal(plan, &doc); err != nil {
 		return nil

@@ -1,4 +1,4 @@
-package postgres
+package pgsql
 
 import (
 	"errors"
@@ -181,18 +181,18 @@ func TestValidateSchemaNameSaysWhatIsWrong(t *testing.T) {
 		{"pg_baton", `reserved for PostgreSQL's system schemas`},
 	}
 	for _, c := range cases {
-		err := validateSchemaName("MigrateOptions.Schema", c.name)
+		err := ValidateSchemaName("MigrateOptions.Schema", c.name)
 		if !errors.Is(err, ErrInvalidSchemaName) {
-			t.Errorf("validateSchemaName(%q) = %v, want ErrInvalidSchemaName", c.name, err)
+			t.Errorf("ValidateSchemaName(%q) = %v, want ErrInvalidSchemaName", c.name, err)
 			continue
 		}
 		if msg := err.Error(); !strings.Contains(msg, "MigrateOptions.Schema") || !strings.Contains(msg, c.want) {
-			t.Errorf("validateSchemaName(%q) = %q, want the field name and %q", c.name, msg, c.want)
+			t.Errorf("ValidateSchemaName(%q) = %q, want the field name and %q", c.name, msg, c.want)
 		}
 	}
 	for _, good := range []string{"baton", `My "odd" Schema`, strings.Repeat("s", 63), "Ünïcode", "PG_upper"} {
-		if err := validateSchemaName("MigrateOptions.Schema", good); err != nil {
-			t.Errorf("validateSchemaName(%q) = %v, want nil", good, err)
+		if err := ValidateSchemaName("MigrateOptions.Schema", good); err != nil {
+			t.Errorf("ValidateSchemaName(%q) = %v, want nil", good, err)
 		}
 	}
 }
@@ -200,15 +200,15 @@ func TestValidateSchemaNameSaysWhatIsWrong(t *testing.T) {
 func TestMigrationLockKeyIsStableAndPerSchema(t *testing.T) {
 	// The key is part of the contract between baton versions: nodes running
 	// different releases must contend on the same lock.
-	if got, want := migrationLockKey("baton"), migrationLockKey("baton"); got != want {
+	if got, want := MigrationLockKey("baton"), MigrationLockKey("baton"); got != want {
 		t.Fatalf("key not deterministic: %d vs %d", got, want)
 	}
-	if migrationLockKey("baton") == migrationLockKey("Baton") {
+	if MigrationLockKey("baton") == MigrationLockKey("Baton") {
 		t.Error("schemas differing in case share a lock key")
 	}
 	const pinned int64 = -2379468976901994203 // FNV-1a 64 of "baton/postgres migrate\x1fbaton"
-	if got := migrationLockKey("baton"); got != pinned {
-		t.Errorf("migrationLockKey(%q) = %d, want the pinned %d; changing it lets old and new binaries migrate at once", "baton", got, pinned)
+	if got := MigrationLockKey("baton"); got != pinned {
+		t.Errorf("MigrationLockKey(%q) = %d, want the pinned %d; changing it lets old and new binaries migrate at once", "baton", got, pinned)
 	}
 }
 
@@ -247,7 +247,7 @@ func TestCompareShapesNamesEveryDifference(t *testing.T) {
 			},
 		},
 	}
-	got := compareShapes(expected, actual)
+	got := texts(compareShapes(expected, actual))
 	want := []string{
 		"column t1.b has type integer, want bigint",
 		"column t1.b is nullable, want NOT NULL",
@@ -281,5 +281,40 @@ func TestSchemaErrorListsEveryProblemOnItsOwnLine(t *testing.T) {
 	var se *SchemaError
 	if !errors.As(err, &se) || len(se.Problems) != 2 {
 		t.Errorf("errors.As did not recover the problems")
+	}
+}
+func TestCompareShapesNamesAPartialIndexPredicateAndADescendingColumn(t *testing.T) {
+	expected := []tableShape{{
+		Name: "t",
+		Indexes: []indexShape{
+			{Name: "t_partial", Columns: []string{"a"}, Predicate: "b IS NOT NULL"},
+			{Name: "t_full", Columns: []string{"a"}},
+			{Name: "t_desc", Columns: []string{"a DESC", "b"}},
+		},
+	}}
+	actual := map[string]*actualTable{"t": {Indexes: map[string]indexShape{
+		"t_partial": {Name: "t_partial", Columns: []string{"a"}},
+		"t_full":    {Name: "t_full", Columns: []string{"a"}, Predicate: "b > 0"},
+		"t_desc":    {Name: "t_desc", Columns: []string{"a", "b"}},
+	}}}
+	want := []string{
+		"index t_partial on t covers every row, want only rows WHERE b IS NOT NULL",
+		"index t_full on t covers only rows WHERE b > 0, want every row",
+		"index t_desc on t has columns (a, b), want (a DESC, b)",
+	}
+	if got := texts(compareShapes(expected, actual)); !slices.Equal(got, want) {
+		t.Errorf("compareShapes:\n got %q\nwant %q", got, want)
+	}
+	if got := describeIndex(expected[0].Indexes[0]); got != "not unique (a) WHERE b IS NOT NULL" {
+		t.Errorf("describeIndex = %q", got)
+	}
+}
+
+func TestSplitStatementsCutsWhereGooseDoes(t *testing.T) {
+	got := splitStatements([]migration{{SQL: "-- +goose Up\n-- a comment; with a semicolon\nCREATE TABLE a (x int);\n" +
+		"CREATE INDEX a_x\n    ON a (x);\n-- +goose StatementBegin\nCREATE FUNCTION f() RETURNS int AS $$ SELECT 1; $$ LANGUAGE sql;\n-- +goose StatementEnd\n"}})
+	want := []ddl{{0, "CREATE TABLE a (x int)"}, {1, "CREATE INDEX a_x ON a (x)"}, {2, "CREATE FUNCTION f() RETURNS int AS $$ SELECT 1; $$ LANGUAGE sql"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("splitStatements = %+v, want %+v", got, want)
 	}
 }

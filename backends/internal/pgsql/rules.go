@@ -1,9 +1,7 @@
-// Package pgrules holds the PostgreSQL rules that both of baton's
-// PostgreSQL adapters (pgx in backends/postgres, bun in backends/bunorm)
-// must apply identically: what a schema, table or column name may be, and
-// the advisory-lock keys that make the two adapters' nodes exclude each
-// other. It imports no driver.
-package pgrules
+package pgsql
+
+// The rules on names, and the advisory-lock keys that make nodes of either
+// adapter, and of every baton version, exclude each other.
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package pgrules
+package pgsql
 
 import (
 	"hash/fnv"

@@ -1,26 +1,12 @@
-package postgres
+package pgsql
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/baton-go/baton/core/outbox"
-	"github.com/baton-go/baton/internal/pgrules"
 )
-
-// ErrRebaseNotNeeded is returned by Rebase when the stored cursor is below
-// the database's transaction counter: the outbox was not restored
-// logically, and its xids are this database's own.
-var ErrRebaseNotNeeded = errors.New("baton/postgres: the outbox needs no rebase: its cursor is below the transaction counter")
-
-// ErrRebaseNoRoom is returned by Rebase when the entries to renumber need
-// more xid values than lie below the oldest running transaction.
-var ErrRebaseNoRoom = errors.New("baton/postgres: too few xid values below the horizon to rebase the outbox")
 
 // RebaseResult is what Rebase found and did, or would do with dryRun.
 type RebaseResult struct {
@@ -100,18 +86,18 @@ FROM ` + from
 
 // rebaseStep runs the count or the move and fills res from its answer:
 // the groups, the slots, and the new cursor below the horizon.
-func (s *OutboxStore) rebaseStep(ctx context.Context, tx pgx.Tx, query string, res *RebaseResult) error {
+func (s *OutboxStore) rebaseStep(ctx context.Context, tx Tx, query string, res *RebaseResult) error {
 	var (
 		slots   uint64
 		horizon string
 	)
 	if err := tx.QueryRow(ctx, query, res.Cursor.XID, [16]byte(res.Cursor.ID)).
 		Scan(&res.Delivered, &res.Pending, &res.Written, &slots, &horizon); err != nil {
-		return outboxError("rebase: renumber the entries", err)
+		return s.a.MapError(AreaOutbox, "rebase: renumber the entries", err)
 	}
 	xmin, err := strconv.ParseUint(horizon, 10, 64)
 	if err != nil {
-		return fmt.Errorf("baton/postgres: outbox rebase: the horizon %q: %w", horizon, err)
+		return s.a.errorf("outbox rebase: the horizon %q: %w", horizon, err)
 	}
 	res.Transactions = int(slots)
 	if xmin < slots+2 {
@@ -143,46 +129,27 @@ func (s *OutboxStore) rebaseStep(ctx context.Context, tx pgx.Tx, query string, r
 // producers committing meanwhile are renumbered or walk after, never lost.
 func (s *OutboxStore) Rebase(ctx context.Context, dryRun bool) (RebaseResult, error) {
 	res := RebaseResult{DryRun: dryRun}
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tx, err := s.db.Begin(ctx)
 	if err != nil {
-		return res, outboxError("rebase: begin", err)
+		return res, s.a.MapError(AreaOutbox, "rebase: begin", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
-
-	zeroXID, zeroID := outbox.CursorState(outbox.Cursor{})
-	locked, err := tx.Query(ctx, s.sql.lockCursor, outbox.KeyLastScannedXID, zeroXID, outbox.KeyLastScannedID, zeroID)
-	if err != nil {
-		return res, outboxError("rebase: lock the cursor", err)
-	}
-	stored := map[string]string{}
-	var (
-		key   string
-		value pgtype.Text // NULL reads as absent, as in State
-	)
-	if _, err := pgx.ForEachRow(locked, []any{&key, &value}, func() error {
-		if value.Valid {
-			stored[key] = value.String
-		}
-		return nil
-	}); err != nil {
-		return res, outboxError("rebase: lock the cursor", err)
-	}
-	if res.Cursor, err = outbox.CursorFromState(stored); err != nil {
-		return res, fmt.Errorf("baton/postgres: outbox rebase: the stored cursor is unreadable: %w", err)
+	defer rollback(ctx, tx)
+	if res.Cursor, err = s.lockCursor(ctx, tx); err != nil {
+		return res, s.a.MapError(AreaOutbox, "rebase: lock the cursor", err)
 	}
 	var next string
-	if err := tx.QueryRow(ctx, pgrules.NextXIDSQL).Scan(&next); err != nil {
-		return res, outboxError("rebase: read the transaction counter", err)
+	if err := tx.QueryRow(ctx, NextXIDSQL).Scan(&next); err != nil {
+		return res, s.a.MapError(AreaOutbox, "rebase: read the transaction counter", err)
 	}
 	if res.NextXID, err = strconv.ParseUint(next, 10, 64); err != nil {
-		return res, fmt.Errorf("baton/postgres: outbox rebase: the counter %q: %w", next, err)
+		return res, s.a.errorf("outbox rebase: the counter %q: %w", next, err)
 	}
 	if res.Cursor.XID < res.NextXID {
 		return res, fmt.Errorf("%w: the cursor is at xid %d, the next xid is %d", ErrRebaseNotNeeded, res.Cursor.XID, res.NextXID)
 	}
 
 	// Count first: the dry run's answer, and the check that there is room.
-	if err := s.rebaseStep(ctx, tx, s.sql.rebaseCount, &res); err != nil {
+	if err := s.rebaseStep(ctx, tx, s.sql.RebaseCount, &res); err != nil {
 		return res, err
 	}
 	if dryRun {
@@ -192,7 +159,7 @@ func (s *OutboxStore) Rebase(ctx context.Context, dryRun bool) (RebaseResult, er
 	// The move judges against a snapshot of its own, so it may find more
 	// entries (producers committed meanwhile); its figures are the ones
 	// that hold. With no room left it moves nothing.
-	if err := s.rebaseStep(ctx, tx, s.sql.rebaseMove, &res); err != nil {
+	if err := s.rebaseStep(ctx, tx, s.sql.RebaseMove, &res); err != nil {
 		return res, err
 	}
 	if counted > 0 && res.Delivered+res.Pending+res.Written == 0 {
@@ -200,11 +167,8 @@ func (s *OutboxStore) Rebase(ctx context.Context, dryRun bool) (RebaseResult, er
 			ErrRebaseNoRoom)
 	}
 	keys, values, remove := settlementState(outbox.Settlement{To: res.NewCursor})
-	if _, err := tx.Exec(ctx, s.sql.writeState, keys, values, remove); err != nil {
-		return res, outboxError("rebase: write the cursor", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return res, outboxError("rebase: commit", err)
+	if _, err := execCommit(ctx, tx, s.sql.WriteState, keys, values, remove); err != nil {
+		return res, s.a.MapError(AreaOutbox, "rebase: write the cursor and commit", err)
 	}
 	return res, nil
 }

@@ -1,4 +1,4 @@
-package postgres
+package pgsql
 
 import (
 	"fmt"
@@ -9,8 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/baton-go/baton/core/workrow"
 )
 
@@ -20,13 +18,12 @@ import (
 // of the statement (an index predicate has no parameters, and the planner
 // can only match a partial index to a predicate it can see).
 
-// quote quotes one identifier.
-func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
-
-// sqlBuilder collects a statement's parameters. $1 is always the claim's
-// Now where Now can appear.
+// sqlBuilder collects a statement's parameters, after the fixed ones it
+// starts with. now is the parameter holding the claim's Now, "" where Now
+// cannot appear.
 type sqlBuilder struct {
 	args []any
+	now  string
 }
 
 func (b *sqlBuilder) param(v any) string {
@@ -42,10 +39,10 @@ func (b *sqlBuilder) value(alias string, v any) (string, error) {
 		return alias + "." + quote(string(x)), nil
 	}
 	if workrow.IsNow(v) {
-		if len(b.args) == 0 {
+		if b.now == "" {
 			return "", fmt.Errorf("Now is not available here")
 		}
-		return "$1", nil
+		return b.now, nil
 	}
 	return b.param(sqlArg(v)), nil
 }
@@ -144,18 +141,16 @@ func (b *sqlBuilder) set(alias string, s workrow.Set) (string, error) {
 	return target + " = " + v, nil
 }
 
-// orderBy renders the order keys over the alias, then the id.
-func orderBy(alias string, order []workrow.Order, id string) string {
-	var b strings.Builder
-	for _, o := range order {
-		b.WriteString(alias + "." + quote(o.Column))
+// orderKeys renders the order keys over the alias.
+func orderKeys(alias string, order []workrow.Order) string {
+	keys := make([]string, len(order))
+	for i, o := range order {
+		keys[i] = alias + "." + quote(o.Column)
 		if o.Desc {
-			b.WriteString(" DESC")
+			keys[i] += " DESC"
 		}
-		b.WriteString(", ")
 	}
-	b.WriteString(alias + "." + quote(id))
-	return b.String()
+	return strings.Join(keys, ", ")
 }
 
 // sqlLiteral writes a constant as a SQL literal. Only plain scalar types are
