@@ -35,14 +35,35 @@ type LeaseFeatures struct {
 	// Otherwise the store must implement it, and a release must be
 	// announced within 1s.
 	NoReleaseWatch bool
+	// ShortLease is the lease of the subtests that wait for one to expire;
+	// 0 means 400ms. A store whose leases come in a coarser grain, or with
+	// a floor, sets the shortest it grants exactly: etcd grants whole
+	// seconds, no fewer than its minimum TTL (1.5 election timeouts).
+	ShortLease time.Duration
+	// ExpiryLag is how long after a lease's end the store may still refuse
+	// to let another instance take it; 0 means 250ms (a slow round trip).
+	// A store that removes expired leases on a timer of its own adds that
+	// period: etcd's leader looks for expired leases every 500ms, then
+	// revokes them through consensus.
+	ExpiryLag time.Duration
+}
+
+func (f LeaseFeatures) withDefaults() LeaseFeatures {
+	if f.ShortLease == 0 {
+		f.ShortLease = defaultShortLease
+	}
+	if f.ExpiryLag == 0 {
+		f.ExpiryLag = defaultExpiryLag
+	}
+	return f
 }
 
 // Timing of the lease subtests.
 const (
-	// shortLease is the lease of the expiry subtests; pastShortLease is how
-	// long they wait for it to end, with room for a slow round trip.
-	shortLease     = 400 * time.Millisecond
-	pastShortLease = shortLease + 250*time.Millisecond
+	// defaultShortLease is the lease of the expiry subtests; they wait
+	// defaultExpiryLag past its end for it to be over (LeaseFeatures).
+	defaultShortLease = 400 * time.Millisecond
+	defaultExpiryLag  = 250 * time.Millisecond
 	// longLease outlives every subtest, so only a release or a test's
 	// own short lease ever frees a role.
 	longLease = 10 * time.Minute
@@ -73,7 +94,8 @@ type leaseSuite struct {
 }
 
 func newLeaseSuite(factory func(t *testing.T) LeaseHarness, features LeaseFeatures) *leaseSuite {
-	return &leaseSuite{factory: factory, f: features, short: shortLease, pastShort: pastShortLease}
+	f := features.withDefaults()
+	return &leaseSuite{factory: factory, f: f, short: f.ShortLease, pastShort: f.ShortLease + f.ExpiryLag}
 }
 
 // checks lists the suite's subtests, area by area.

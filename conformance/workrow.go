@@ -88,6 +88,10 @@ const (
 	wrConcurrentRow = 400
 	wrWorkerRows    = 300
 	wrWorkers       = 4
+	// wrConcurrency is the handlers per worker of the concurrent-handlers
+	// subtest, above its batch size so that claims refill the hand while
+	// handlers still run.
+	wrConcurrency = 24
 )
 
 // RunWorkRows runs the workrow.Store contract against the stores the

@@ -64,13 +64,15 @@ var workRowsVariants = []workRowsVariant{
 		wrStore(func(st *workRowStore) workRows { return anyLock{st, false} })},
 	{variant{"release-keeps-the-lease", "W10", "ReleaseMakesARowClaimableAtOnce"},
 		wrStore(func(st *workRowStore) workRows { return releaseUntilLeaseEnd{st} })},
-	{variant{"claim-skips-validation", "W12", "InvalidRequestsAreRefusedAndWriteNothing"},
+	{variant{"claim-skips-validation", "W13", "InvalidRequestsAreRefusedAndWriteNothing"},
 		wrStore(func(st *workRowStore) workRows { return invalidClaimsEmpty{st} })},
 	{variant{"claim-returns-rows-before-on-claim", "W11", "WorkersCompleteEveryRowOnce"},
 		wrStore(func(st *workRowStore) workRows { return rowsBeforeClaim{st} })},
-	{variant{"cancel-loses-the-cause", "W13", "CancelledContextIsRecognisable"},
+	{variant{"finalize-pairs-finals-in-id-order", "W12", "ConcurrentHandlersCompleteEveryRowOnce"},
+		wrStore(func(st *workRowStore) workRows { return finalsInIDOrder{st} })},
+	{variant{"cancel-loses-the-cause", "W14", "CancelledContextIsRecognisable"},
 		wrStore(func(st *workRowStore) workRows { return workRowsCauseLost{st} })},
-	{variant{"schema-mismatch-unrecognisable", "W14", "MissingTableIsASchemaMismatch"},
+	{variant{"schema-mismatch-unrecognisable", "W15", "MissingTableIsASchemaMismatch"},
 		func(t *testing.T) conformance.WorkRowsHarness {
 			st := newWorkRowStore(t)
 			h := workRowsHarness(st, st)
@@ -255,6 +257,24 @@ func (b rowsBeforeClaim) Claim(ctx context.Context, spec workrow.ClaimSpec) ([]w
 		}
 	}
 	return got, err
+}
+
+// finalsInIDOrder pairs the finals with the rows they name taken in id
+// order, as a statement that sorts the ids but not the outcomes would: a
+// finalize whose rows come out of order gives rows each other's outcomes.
+type finalsInIDOrder struct{ *workRowStore }
+
+func (b finalsInIDOrder) FinalizeMany(ctx context.Context, lock workrow.LockID, finals []workrow.Final[int64]) ([]bool, error) {
+	ids := make([]int64, len(finals))
+	for i, f := range finals {
+		ids[i] = f.ID
+	}
+	slices.Sort(ids)
+	paired := slices.Clone(finals)
+	for i := range paired {
+		paired[i].ID = ids[i]
+	}
+	return b.workRowStore.FinalizeMany(ctx, lock, paired)
 }
 
 // workRowsCauseLost fails on an ended context with an error of its own.

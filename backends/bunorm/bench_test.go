@@ -48,7 +48,7 @@ func pair(b *testing.B, pgxOp, bunOp func()) {
 }
 
 // benchEnvs gives each adapter a migrated schema of its own: pgx's made by
-// postgres.Migrate, bun's by CreateSchema.
+// postgres.Migrate, bun's by bunorm.Migrate.
 func benchEnvs(b *testing.B) (*testenv.PostgresEnv, *testenv.PostgresEnv, *bun.DB) {
 	b.Helper()
 	ctx := context.Background()
@@ -258,12 +258,13 @@ func BenchmarkBunVsPgx_Heartbeat(b *testing.B) {
 	}
 }
 
-// BenchmarkPgxUnpreparedVsPrepared_Heartbeat isolates what the heartbeat
-// ratio measures: the pgx store itself, once with its prepared-statement
-// cache (the default) and once in simple-protocol mode, where pgx, like
-// bun, writes the arguments into the statement text, so the server parses
-// and plans it on every call. Its ratio (reported as bun/pgx: unprepared
-// over prepared) matches BenchmarkBunVsPgx_Heartbeat's.
+// BenchmarkPgxUnpreparedVsPrepared_Heartbeat measures what writing the
+// arguments into the statement text costs the heartbeat: the pgx store
+// itself, once with its prepared-statement cache (the default) and once in
+// simple-protocol mode, where the server parses and plans the statement on
+// every call. Its ratio (reported as bun/pgx: unprepared over prepared) is
+// what the bun adapter's heartbeat ratio was while bun formatted baton's
+// statements itself (docs/bun.md).
 func BenchmarkPgxUnpreparedVsPrepared_Heartbeat(b *testing.B) {
 	pgxEnv, _, _ := benchEnvs(b)
 	ctx := context.Background()

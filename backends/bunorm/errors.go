@@ -1,107 +1,66 @@
 package bunorm
 
 import (
-	"database/sql"
+	"context"
 	"errors"
 	"fmt"
 
-	"github.com/baton-go/baton/core/lease"
-	"github.com/baton-go/baton/core/outbox"
-	"github.com/baton-go/baton/core/projection"
+	"github.com/baton-go/baton/backends/internal/pgsql"
 )
 
-// ErrSchemaMismatch is wrapped by every error caused by a missing or out of
-// date table or column: run CreateSchema (or the migration that calls it),
-// or check the Schema option and the search_path.
-var ErrSchemaMismatch = errors.New("baton/bunorm: the database schema does not match")
-
-// ErrInvalidSchemaName is returned (wrapped, naming the option and the
-// reason) for a schema name PostgreSQL cannot hold as given.
-var ErrInvalidSchemaName = errors.New("baton/bunorm: invalid schema name")
-
-// area is the store an error comes from; it decides what a refusal by the
-// database means.
-type area int
-
-const (
-	areaSchema area = iota
-	areaLease
-	areaOutbox
-	areaProjection
-	areaWorkRow
-	// areaSettle is the outbox's settlement: a refused value there is a
-	// reason or a state value, not an entry.
-	areaSettle
+// baton's sentinel errors: the same values the pgx adapter
+// (backends/postgres) returns, so errors.Is gives the same answer on either.
+var (
+	// ErrSchemaMismatch is wrapped by every error caused by a missing or out
+	// of date table or column, and matched by every *SchemaError.
+	ErrSchemaMismatch = pgsql.ErrSchemaMismatch
+	// ErrInvalidSchemaName is returned (wrapped, naming the option and the
+	// reason) for a schema name PostgreSQL cannot hold as given.
+	ErrInvalidSchemaName = pgsql.ErrInvalidSchemaName
+	// ErrSchemaTooNew is returned (wrapped) by Migrate when the database
+	// records a migration version this binary does not know.
+	ErrSchemaTooNew = pgsql.ErrSchemaTooNew
+	// ErrClaimIndex is wrapped by WorkRows.Check when a work table lacks
+	// its claim index or has an index that keeps claims from being HOT
+	// updates.
+	ErrClaimIndex = pgsql.ErrClaimIndex
+	// ErrRebaseNotNeeded and ErrRebaseNoRoom are OutboxStore.Rebase's; see
+	// the pgx adapter.
+	ErrRebaseNotNeeded = pgsql.ErrRebaseNotNeeded
+	ErrRebaseNoRoom    = pgsql.ErrRebaseNoRoom
 )
 
-var areaNames = [...]string{"schema", "lease", "outbox", "projection", "work rows", "outbox"}
+// SchemaError is VerifySchema's (and Migrate's) report of everything in the
+// database that differs from what this version of baton expects, with the
+// statements that fix it; the pgx adapter's type.
+type SchemaError = pgsql.SchemaError
 
-// sqlState returns the SQLSTATE of a server error from either driver bun
-// runs on: pgdriver's Error (Field('C')) or pgx's PgError (SQLState()).
-// "" for anything else.
-func sqlState(err error) string {
-	var withField interface{ Field(byte) string }
-	if errors.As(err, &withField) {
-		return withField.Field('C')
-	}
-	var withState interface{ SQLState() string }
-	if errors.As(err, &withState) {
-		return withState.SQLState()
-	}
-	return ""
-}
+// ErrNonStandardStrings is returned, wrapped, by the store constructors for
+// a session with standard_conforming_strings off.
+//
+// Values baton sends itself travel as parameters, but the predicates, orders
+// and sets of ClaimWith and FinalizeWith are rendered by bun, which writes
+// their values into the text as quoted literals ('it”s'), doubling quotes
+// but leaving backslashes alone. That is right only while backslashes are
+// ordinary characters in such literals; with the setting off a backslash
+// escapes the quote after it, so a value holding \' ends the literal early
+// and the rest of it runs as SQL.
+var ErrNonStandardStrings = errors.New("baton/bunorm: the session has standard_conforming_strings off")
 
-// isConflict reports a serialization failure or a deadlock: the statement
-// was rolled back whole and may be sent again.
-func isConflict(err error) bool {
-	switch sqlState(err) {
-	case "40001", "40P01":
-		return true
+// checkSession refuses a session in which bun's literals are not safe. The
+// stores run it once, when they are built: the setting comes from the
+// server, the database, the role or the connection string, which a
+// session's pooled connections share.
+func checkSession(ctx context.Context, q pgsql.Querier, caller string) error {
+	var v string
+	if err := q.QueryRow(ctx, `SELECT current_setting('standard_conforming_strings')`).Scan(&v); err != nil {
+		return fmt.Errorf("baton/bunorm: %s: reading standard_conforming_strings: %w", caller, err)
 	}
-	return false
-}
-
-// mapError is the one place where bun's and the drivers' errors become
-// baton's: a missing table or column wraps ErrSchemaMismatch; no row wraps
-// outbox.ErrNotFound (only the outbox looks rows up by a caller's id); a
-// value the database refuses wraps the area's invalid-input sentinel
-// (lease.ErrInvalidRole, outbox.ErrInvalidEntry,
-// outbox.ErrInvalidSettlement, projection.ErrInvalidSubject); a conflict says that the statement may be
-// retried. Context errors stay recognizable with errors.Is: every error is
-// wrapped, never replaced.
-func mapError(a area, op string, err error) error {
-	prefix := "baton/bunorm: " + areaNames[a] + " " + op
-	if a == areaOutbox && errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%s: %w", prefix, outbox.ErrNotFound)
+	if v != "on" {
+		return fmt.Errorf("baton/bunorm: %s: %w (it is %q): bun quotes values in the statement text, where a backslash "+
+			"would then end a quoted value early and let the rest run as SQL; set it on, the PostgreSQL default, "+
+			"for the server, the database (ALTER DATABASE ... SET standard_conforming_strings = on), the role or the connection",
+			caller, ErrNonStandardStrings, v)
 	}
-	switch code := sqlState(err); code {
-	case "42P01", "42703": // undefined_table, undefined_column
-		return fmt.Errorf("%s: %w (run bunorm.CreateSchema, or check the Schema option and the search_path): %w", prefix, ErrSchemaMismatch, err)
-	case "23514", "22021", "22P02", "22P05":
-		// check_violation, character_not_in_repertoire,
-		// invalid_text_representation (not JSON), untranslatable_character
-		// (\u0000 in jsonb).
-		var invalid error
-		switch a {
-		case areaLease:
-			invalid = lease.ErrInvalidRole
-		case areaOutbox:
-			invalid = outbox.ErrInvalidEntry
-		case areaSettle:
-			invalid = outbox.ErrInvalidSettlement
-		case areaProjection:
-			invalid = projection.ErrInvalidSubject
-		}
-		if invalid != nil {
-			return fmt.Errorf("%s: %w: the database refused it: %w", prefix, invalid, err)
-		}
-	case "23505": // unique_violation: an entry has the id already
-		if a == areaOutbox {
-			return fmt.Errorf("%s: %w: an entry has it already: %w", prefix, outbox.ErrIDInUse, err)
-		}
-	case "40001", "40P01": // serialization_failure, deadlock_detected
-		return fmt.Errorf("%s met a concurrent change and was rolled back; it may be retried "+
-			"(baton's statements expect READ COMMITTED: check default_transaction_isolation): %w", prefix, err)
-	}
-	return fmt.Errorf("%s: %w", prefix, err)
+	return nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
-	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/baton-go/baton/backends/postgres"
 	"github.com/baton-go/baton/internal/testenv"
@@ -23,7 +22,11 @@ func TestExample_RunsTheServiceEndToEndOnATestDatabase(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(env.URL))), pgdialect.New())
+	sqldb, err := sql.Open("pgx", env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := bun.NewDB(sqldb, pgdialect.New())
 	defer db.Close()
 
 	var out strings.Builder

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
-	"github.com/uptrace/bun/driver/pgdriver"
 	"github.com/uptrace/bun/migrate"
 
 	"github.com/baton-go/baton/backends/bunorm"
@@ -163,7 +163,13 @@ func runExample(ctx context.Context, db *bun.DB, out io.Writer) error {
 // the test server and checks its output.
 func Example() {
 	ctx := context.Background()
-	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(os.Getenv("DATABASE_URL"))))
+	// bun on pgx's database/sql driver: baton's statements go to it with
+	// their values as parameters, and the lease watcher LISTENs on it.
+	sqldb, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	db := bun.NewDB(sqldb, pgdialect.New())
 	defer db.Close()
 	if err := runExample(ctx, db, os.Stdout); err != nil {

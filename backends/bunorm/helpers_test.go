@@ -7,18 +7,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
-	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/baton-go/baton/internal/testenv"
 )
 
-// openBun opens a bun.DB on bun's own driver (pgdriver), on the test's
+// openBun opens a bun.DB on pgx's database/sql driver, on the test's
 // schema, closed when the test ends: what a bun node of the service has.
 func openBun(t testing.TB, env *testenv.PostgresEnv) *bun.DB {
 	t.Helper()
-	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(env.URL)))
+	sqldb, err := sql.Open("pgx", env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	db := bun.NewDB(sqldb, pgdialect.New())
 	t.Cleanup(func() { _ = db.Close() })
 	return db
@@ -32,14 +35,14 @@ func testContext(t testing.TB) context.Context {
 	return ctx
 }
 
-// bunEnv gives the test its own schema, with baton's tables created through
-// the bun path, and a bun.DB on it.
+// bunEnv gives the test its own schema, migrated through this package, and
+// a bun.DB on it.
 func bunEnv(t testing.TB) (*testenv.PostgresEnv, *bun.DB) {
 	t.Helper()
 	env := testenv.Postgres(t)
 	db := openBun(t, env)
-	if err := CreateSchema(testContext(t), db, SchemaOptions{}); err != nil {
-		t.Fatalf("CreateSchema: %v", err)
+	if err := Migrate(testContext(t), db, SchemaOptions{}); err != nil {
+		t.Fatalf("Migrate: %v", err)
 	}
 	return env, db
 }
@@ -48,7 +51,11 @@ func bunEnv(t testing.TB) (*testenv.PostgresEnv, *bun.DB) {
 // checks that must fail before anything is sent.
 func offlineDB(t testing.TB) *bun.DB {
 	t.Helper()
-	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithAddr("127.0.0.1:1"))), pgdialect.New())
+	sqldb, err := sql.Open("pgx", "postgres://baton@127.0.0.1:1/baton")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := bun.NewDB(sqldb, pgdialect.New())
 	t.Cleanup(func() { _ = db.Close() })
 	return db
 }

@@ -8,26 +8,23 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/workrow"
 )
 
-// The tables of baton's schema, one bun model each. Their names, column
-// types, nullability and defaults are the shape the PostgreSQL adapter's
-// migrations create (backends/postgres/migrations); what a struct tag
-// cannot say (checks, partial and descending indexes, a collation,
-// UNLOGGED, the generation sequence) CreateSchema adds. A test creates the
-// schema through this package and checks it against postgres.VerifySchema
-// and against the catalog of a schema the migrations made, so the two
-// cannot drift apart.
+// The tables of baton's schema, one bun model each, for services that read
+// them with bun. The migration files create them (Migrate); the models
+// carry their names, column types, nullability and defaults, and a test
+// checks every model against the catalog of a migrated schema.
 const (
-	LockFencesTable       = "baton_lock_fences"
-	LeaseTable            = "baton_role_leases"
-	OutboxTable           = "baton_outbox"
-	OutboxStateTable      = "baton_outbox_state"
-	OutboxDeadTable       = "baton_outbox_dead"
-	ProjectionHeaderTable = "baton_projection_header"
-	ProjectionDetailTable = "baton_projection_detail"
+	LockFencesTable       = pgsql.LockFencesTable
+	LeaseTable            = pgsql.LeaseTable
+	OutboxTable           = pgsql.OutboxTable
+	OutboxStateTable      = pgsql.OutboxStateTable
+	OutboxDeadTable       = pgsql.OutboxDeadTable
+	ProjectionHeaderTable = pgsql.ProjectionHeaderTable
+	ProjectionDetailTable = pgsql.ProjectionDetailTable
 )
 
 // LockFence is a row of baton_lock_fences: the fencing counter of one

@@ -10,6 +10,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
@@ -65,26 +66,30 @@ func TestOutboxStore_Conformance(t *testing.T) {
 // open, and reports producers waiting on that transaction's backend.
 func holdSettle(st *OutboxStore, db *bun.DB) func(context.Context, outbox.Settlement) (conformance.HeldSettlement, error) {
 	return func(ctx context.Context, s outbox.Settlement) (conformance.HeldSettlement, error) {
-		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		h, err := open(db, "holdSettle")
 		if err != nil {
 			return nil, err
 		}
-		h := &heldSettlement{db: db, tx: tx}
-		if err := tx.NewRaw("SELECT pg_backend_pid()").Scan(ctx, &h.pid); err != nil {
-			_ = tx.Rollback()
+		tx, err := h.Begin(ctx)
+		if err != nil {
 			return nil, err
 		}
-		if err := st.settleIn(ctx, tx, s); err != nil {
-			_ = tx.Rollback()
+		held := &heldSettlement{db: db, tx: tx}
+		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&held.pid); err != nil {
+			_ = tx.Rollback(ctx)
 			return nil, err
 		}
-		return h, nil
+		if err := st.SettleIn(ctx, tx, s); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, err
+		}
+		return held, nil
 	}
 }
 
 type heldSettlement struct {
 	db  *bun.DB
-	tx  bun.Tx
+	tx  pgsql.Tx
 	pid int
 }
 
@@ -94,15 +99,15 @@ func (h *heldSettlement) Blocking(ctx context.Context) (bool, error) {
 	return blocking, err
 }
 
-func (h *heldSettlement) Commit(context.Context) error {
-	if err := h.tx.Commit(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+func (h *heldSettlement) Commit(ctx context.Context) error {
+	if err := h.tx.Commit(ctx); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return err
 	}
 	return nil
 }
 
-func (h *heldSettlement) Rollback(context.Context) error {
-	if err := h.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+func (h *heldSettlement) Rollback(ctx context.Context) error {
+	if err := h.tx.Rollback(ctx); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return err
 	}
 	return nil

@@ -3,9 +3,12 @@ package bunorm
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,10 +22,13 @@ import (
 	"github.com/baton-go/baton/internal/testenv"
 )
 
-func TestCreateSchema_PassesVerifySchemaWithNoDifferences(t *testing.T) {
-	env, _ := bunEnv(t)
+func TestMigrate_PassesBothAdaptersVerifySchema(t *testing.T) {
+	env, db := bunEnv(t)
 	if err := postgres.VerifySchema(testContext(t), env.Pool, postgres.VerifyOptions{}); err != nil {
-		t.Fatalf("VerifySchema of the schema bun created: %v", err)
+		t.Fatalf("postgres.VerifySchema of the schema bun migrated: %v", err)
+	}
+	if err := VerifySchema(testContext(t), db, SchemaOptions{}); err != nil {
+		t.Fatalf("bunorm.VerifySchema of the schema bun migrated: %v", err)
 	}
 }
 
@@ -77,84 +83,200 @@ WHERE n.nspname = $1`
 	return lines
 }
 
-// TestCreateSchema_BuildsTheSameCatalogAsThePgxMigrations is the one-shape
-// guard: a schema made by postgres.Migrate and one made by CreateSchema
-// must agree on every column (order, type, nullability, default,
-// collation), constraint, index, persistence and sequence. A change on
-// either side alone fails it.
-func TestCreateSchema_BuildsTheSameCatalogAsThePgxMigrations(t *testing.T) {
+// appliedBy records the versions Migrate logs as applied.
+type appliedBy struct {
+	mu       sync.Mutex
+	versions []int64
+	found    []int64
+}
+
+func (r *appliedBy) Enabled(context.Context, slog.Level) bool { return true }
+func (r *appliedBy) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *appliedBy) WithGroup(string) slog.Handler            { return r }
+func (r *appliedBy) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec.Attrs(func(a slog.Attr) bool {
+		if a.Key == "version" {
+			switch rec.Message {
+			case "baton: applied schema migration":
+				r.versions = append(r.versions, a.Value.Int64())
+			case "baton: recorded schema migration found applied":
+				r.found = append(r.found, a.Value.Int64())
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+// TestMigrate_EitherAdapterMigratesAndVerifiesTheOthersSchema: a schema
+// migrated by postgres.Migrate is up to date for bunorm.Migrate and passes
+// bunorm.VerifySchema; one migrated by bunorm.Migrate likewise for the pgx
+// adapter. Either way the second Migrate applies nothing, and the two
+// catalogs are the same.
+func TestMigrate_EitherAdapterMigratesAndVerifiesTheOthersSchema(t *testing.T) {
 	ctx := testContext(t)
-	pgxEnv := testenv.Postgres(t)
-	if err := postgres.Migrate(ctx, pgxEnv.Pool, postgres.MigrateOptions{}); err != nil {
+	pgxFirst := testenv.Postgres(t)
+	if err := postgres.Migrate(ctx, pgxFirst.Pool, postgres.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	bunEnv, _ := bunEnv(t)
-	want, got := catalog(t, pgxEnv, pgxEnv.Schema), catalog(t, bunEnv, bunEnv.Schema)
-	if len(want) < 40 {
-		t.Fatalf("the pgx schema's catalog has only %d lines:\n%s", len(want), strings.Join(want, "\n"))
+	onPgx := openBun(t, pgxFirst)
+	rec := &appliedBy{}
+	if err := Migrate(ctx, onPgx, SchemaOptions{Logger: slog.New(rec)}); err != nil || len(rec.versions)+len(rec.found) > 0 {
+		t.Errorf("bunorm.Migrate of a pgx-migrated schema: %v, applied %v, found %v; want nothing to do", err, rec.versions, rec.found)
 	}
-	for _, l := range want {
-		if !slices.Contains(got, l) {
-			t.Errorf("the bun schema lacks: %s", l)
+	if err := VerifySchema(ctx, onPgx, SchemaOptions{}); err != nil {
+		t.Errorf("bunorm.VerifySchema of a pgx-migrated schema: %v", err)
+	}
+
+	bunFirst, _ := bunEnv(t)
+	rec = &appliedBy{}
+	if err := postgres.Migrate(ctx, bunFirst.Pool, postgres.MigrateOptions{Logger: slog.New(rec)}); err != nil || len(rec.versions)+len(rec.found) > 0 {
+		t.Errorf("postgres.Migrate of a bun-migrated schema: %v, applied %v, found %v; want nothing to do", err, rec.versions, rec.found)
+	}
+	if err := postgres.VerifySchema(ctx, bunFirst.Pool, postgres.VerifyOptions{}); err != nil {
+		t.Errorf("postgres.VerifySchema of a bun-migrated schema: %v", err)
+	}
+	if want, got := catalog(t, pgxFirst, pgxFirst.Schema), catalog(t, bunFirst, bunFirst.Schema); !slices.Equal(want, got) {
+		t.Errorf("the catalogs differ:\npgx: %q\nbun: %q", want, got)
+	}
+}
+
+// modelsSchema builds, in env's schema, the schema this package built from
+// its models before it ran the migration files (the statements that code
+// sent, kept in testdata): every table, no version rows.
+func modelsSchema(t *testing.T, env *testenv.PostgresEnv) {
+	t.Helper()
+	script, err := os.ReadFile("testdata/createschema_models.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(testContext(t), string(script)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMigrate_AdoptsASchemaTheModelsBuilt: on a schema made by the bun
+// adapter's former CreateSchema, either adapter's Migrate records every
+// version as found applied, runs none, and leaves the catalog as it was,
+// which is the catalog of a migrated schema.
+func TestMigrate_AdoptsASchemaTheModelsBuilt(t *testing.T) {
+	ctx := testContext(t)
+	migrated := testenv.Postgres(t)
+	if err := postgres.Migrate(ctx, migrated.Pool, postgres.MigrateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := catalog(t, migrated, migrated.Schema)
+	for name, migrate := range map[string]func(*testenv.PostgresEnv, *slog.Logger) error{
+		"postgres.Migrate": func(env *testenv.PostgresEnv, l *slog.Logger) error {
+			return postgres.Migrate(ctx, env.Pool, postgres.MigrateOptions{Logger: l})
+		},
+		"bunorm.Migrate": func(env *testenv.PostgresEnv, l *slog.Logger) error {
+			return Migrate(ctx, openBun(t, env), SchemaOptions{Logger: l})
+		},
+	} {
+		env := testenv.Postgres(t)
+		modelsSchema(t, env)
+		if err := postgres.VerifySchema(ctx, env.Pool, postgres.VerifyOptions{}); err != nil {
+			t.Fatalf("the models' schema does not verify: %v", err)
 		}
-	}
-	for _, l := range got {
-		if !slices.Contains(want, l) {
-			t.Errorf("the bun schema has, the pgx one has not: %s", l)
+		before := catalog(t, env, env.Schema)
+		rec := &appliedBy{}
+		if err := migrate(env, slog.New(rec)); err != nil {
+			t.Fatalf("%s of the models' schema: %v", name, err)
+		}
+		if len(rec.versions) != 0 || !slices.Equal(rec.found, []int64{1, 2, 3, 4}) {
+			t.Errorf("%s applied %v and found %v; want every version found, none applied", name, rec.versions, rec.found)
+		}
+		if after := catalog(t, env, env.Schema); !slices.Equal(after, before) || !slices.Equal(after, want) {
+			t.Errorf("%s changed the catalog, or it is not a migrated one:\nbefore %q\nafter  %q\nwant   %q", name, before, after, want)
+		}
+		var versions int
+		if err := env.Pool.QueryRow(ctx, "SELECT count(*) FROM baton_schema_migrations").Scan(&versions); err != nil || versions != 4 {
+			t.Errorf("%s recorded %d versions (%v), want 4", name, versions, err)
+		}
+		if err := VerifySchema(ctx, openBun(t, env), SchemaOptions{}); err != nil {
+			t.Errorf("after %s: %v", name, err)
 		}
 	}
 }
 
-// TestCreateSchema_IsIdempotentAndRestoresWhatIsMissing: a second call
-// changes nothing; after a column, a check and an index are dropped, a
-// third call puts them back (the shape is computed against the database,
-// not a remembered history).
-func TestCreateSchema_IsIdempotentAndRestoresWhatIsMissing(t *testing.T) {
-	env, db := bunEnv(t)
+// TestModels_MatchTheMigratedTables: bun's CreateTable on the models makes
+// the columns of a migrated schema (position, type, nullability, default),
+// so the models read and write the tables as they are.
+func TestModels_MatchTheMigratedTables(t *testing.T) {
 	ctx := testContext(t)
-	before := catalog(t, env, env.Schema)
-	if err := CreateSchema(ctx, db, SchemaOptions{}); err != nil {
-		t.Fatalf("second CreateSchema: %v", err)
+	migrated, _ := bunEnv(t)
+	fromModels := testenv.Postgres(t)
+	db := openBun(t, fromModels)
+	if _, err := db.ExecContext(ctx, "CREATE SEQUENCE baton_projection_generation"); err != nil { // a column default names it
+		t.Fatal(err)
 	}
-	if after := catalog(t, env, env.Schema); !slices.Equal(before, after) {
-		t.Fatalf("a second CreateSchema changed the catalog")
-	}
-	for _, q := range []string{
-		"ALTER TABLE baton_role_leases DROP COLUMN holder_address",
-		"ALTER TABLE baton_outbox DROP CONSTRAINT baton_outbox_lane_check",
-		"DROP INDEX baton_outbox_dead_parked",
-	} {
-		if _, err := env.Pool.Exec(ctx, q); err != nil {
+	for _, m := range Models() {
+		if _, err := db.NewCreateTable().Model(m).Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := postgres.VerifySchema(ctx, env.Pool, postgres.VerifyOptions{}); err == nil {
-		t.Fatal("VerifySchema accepted the damaged schema")
-	}
-	if err := CreateSchema(ctx, db, SchemaOptions{}); err != nil {
-		t.Fatalf("CreateSchema on the damaged schema: %v", err)
-	}
-	// The re-added column comes last: compare columns without positions.
-	position := regexp.MustCompile(` #[0-9]+ `)
-	after := catalog(t, env, env.Schema)
-	for i := range after {
-		after[i] = position.ReplaceAllString(after[i], " ")
-	}
-	for _, l := range before {
-		if l = position.ReplaceAllString(l, " "); !slices.Contains(after, l) {
-			t.Errorf("not restored: %s", l)
+	collation := regexp.MustCompile(` collation=\S+$`)
+	columns := func(env *testenv.PostgresEnv) []string {
+		var out []string
+		for _, l := range catalog(t, env, env.Schema) {
+			if strings.HasPrefix(l, "column ") {
+				out = append(out, collation.ReplaceAllString(l, ""))
+			}
 		}
+		return out
 	}
-	if err := postgres.VerifySchema(ctx, env.Pool, postgres.VerifyOptions{}); err != nil {
-		t.Fatalf("after the repair: %v", err)
+	if want, got := columns(migrated), columns(fromModels); !slices.Equal(want, got) {
+		t.Errorf("the models' columns differ from the migrated tables':\nmigrated %q\nmodels   %q", want, got)
 	}
 }
 
-// TestCreateSchema_InANamedSchemaInsideACallersTransaction: inside a bun.Tx
+// TestMigrate_IsIdempotentRepairsAnIndexAndPrintsTheDDLForAColumn: a second
+// Migrate changes nothing; a dropped index is created again; a dropped
+// column is refused with the statement that restores it, which does.
+func TestMigrate_IsIdempotentRepairsAnIndexAndPrintsTheDDLForAColumn(t *testing.T) {
+	env, db := bunEnv(t)
+	ctx := testContext(t)
+	before := catalog(t, env, env.Schema)
+	if err := Migrate(ctx, db, SchemaOptions{}); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if after := catalog(t, env, env.Schema); !slices.Equal(before, after) {
+		t.Fatalf("a second Migrate changed the catalog")
+	}
+	if _, err := env.Pool.Exec(ctx, "DROP INDEX baton_outbox_dead_parked"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Migrate(ctx, db, SchemaOptions{}); err != nil {
+		t.Fatalf("Migrate with an index missing: %v", err)
+	}
+	if after := catalog(t, env, env.Schema); !slices.Equal(before, after) {
+		t.Fatalf("Migrate did not restore the index")
+	}
+	if _, err := env.Pool.Exec(ctx, "ALTER TABLE baton_role_leases DROP COLUMN holder_address"); err != nil {
+		t.Fatal(err)
+	}
+	err := Migrate(ctx, db, SchemaOptions{})
+	var se *SchemaError
+	const ddl = `ALTER TABLE "baton_role_leases" ADD COLUMN holder_address text NOT NULL DEFAULT ''`
+	if !errors.As(err, &se) || !errors.Is(err, ErrSchemaMismatch) || !slices.Equal(se.DDL, []string{ddl}) || !strings.Contains(err.Error(), ddl) {
+		t.Fatalf("Migrate with a column missing = %v; want a *SchemaError printing %s", err, ddl)
+	}
+	if _, err := env.Pool.Exec(ctx, se.DDL[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifySchema(ctx, db, SchemaOptions{}); err != nil {
+		t.Fatalf("after the printed DDL: %v", err)
+	}
+}
+
+// TestMigrate_InANamedSchemaInsideACallersTransaction: inside a bun.Tx
 // (a savepoint), a schema whose name needs quoting is created and filled,
 // and the caller's search_path is as it was afterwards; the stores work
 // there with their Schema option.
-func TestCreateSchema_InANamedSchemaInsideACallersTransaction(t *testing.T) {
+func TestMigrate_InANamedSchemaInsideACallersTransaction(t *testing.T) {
 	env := testenv.Postgres(t)
 	db := openBun(t, env)
 	ctx := testContext(t)
@@ -167,14 +289,14 @@ func TestCreateSchema_InANamedSchemaInsideACallersTransaction(t *testing.T) {
 		if err := tx.NewRaw("SELECT current_setting('search_path')").Scan(ctx, &before); err != nil {
 			return err
 		}
-		if err := CreateSchema(ctx, tx, SchemaOptions{Schema: named}); err != nil {
+		if err := Migrate(ctx, tx, SchemaOptions{Schema: named}); err != nil {
 			return err
 		}
 		if err := tx.NewRaw("SELECT current_setting('search_path')").Scan(ctx, &after); err != nil {
 			return err
 		}
 		if before != after {
-			t.Errorf("search_path was %q before CreateSchema and %q after", before, after)
+			t.Errorf("search_path was %q before Migrate and %q after", before, after)
 		}
 		return nil
 	})
@@ -230,9 +352,9 @@ func TestCreateSchema_InANamedSchemaInsideACallersTransaction(t *testing.T) {
 func TestSchemaOptions_RejectInvalidSchemaNamesNamingTheField(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"pg_baton", strings.Repeat("s", 64), "a\x00b", "  "} {
-		err := CreateSchema(ctx, offlineDB(t), SchemaOptions{Schema: name})
+		err := Migrate(ctx, offlineDB(t), SchemaOptions{Schema: name})
 		if !errors.Is(err, ErrInvalidSchemaName) || !strings.Contains(err.Error(), "SchemaOptions.Schema") {
-			t.Errorf("CreateSchema(Schema %q) = %v; want ErrInvalidSchemaName naming SchemaOptions.Schema", name, err)
+			t.Errorf("Migrate(Schema %q) = %v; want ErrInvalidSchemaName naming SchemaOptions.Schema", name, err)
 		}
 	}
 }

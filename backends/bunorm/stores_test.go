@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
@@ -26,18 +27,18 @@ func TestMapError_TurnsRefusalsIntoCoreSentinels(t *testing.T) {
 	_, db := bunEnv(t)
 	ctx := testContext(t)
 	_, err := db.NewRaw(`INSERT INTO baton_role_leases (role, holder, token, acquired_at, renewed_at, expires_at) VALUES ('', 'a', 1, now(), now(), now())`).Exec(ctx)
-	if err := mapError(areaLease, "insert", err); !errors.Is(err, lease.ErrInvalidRole) {
+	if err := adapter.MapError(pgsql.AreaLease, "insert", err); !errors.Is(err, lease.ErrInvalidRole) {
 		t.Errorf("an empty role refused by the table: %v; want lease.ErrInvalidRole", err)
 	}
 	_, err = db.NewRaw(`INSERT INTO baton_outbox (id, lane, payload) VALUES (gen_random_uuid(), ?, '{}')`, strings.Repeat("l", 129)).Exec(ctx)
-	if err := mapError(areaOutbox, "insert", err); !errors.Is(err, outbox.ErrInvalidEntry) {
+	if err := adapter.MapError(pgsql.AreaOutbox, "insert", err); !errors.Is(err, outbox.ErrInvalidEntry) {
 		t.Errorf("a long lane refused by the table: %v; want outbox.ErrInvalidEntry", err)
 	}
 	_, err = db.NewRaw(`INSERT INTO baton_outbox_state (key, value) VALUES ('k', convert_from('\xff'::bytea, 'UTF8'))`).Exec(ctx)
-	if sqlState(err) != "22021" {
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "22021" {
 		t.Fatalf("an invalid UTF-8 state value: err = %v, want SQLSTATE 22021", err)
 	}
-	if err := mapError(areaSettle, "write state", err); !errors.Is(err, outbox.ErrInvalidSettlement) || errors.Is(err, outbox.ErrInvalidEntry) {
+	if err := adapter.MapError(pgsql.AreaSettle, "write state", err); !errors.Is(err, outbox.ErrInvalidSettlement) || errors.Is(err, outbox.ErrInvalidEntry) {
 		t.Errorf("a state value refused in a settlement: %v; want outbox.ErrInvalidSettlement, not outbox.ErrInvalidEntry", err)
 	}
 	st := mustOutboxStore(t, db, OutboxStoreOptions{})
@@ -147,6 +148,10 @@ func TestWorkRows_ClaimWithBunExpressionsAndFinalizeWith(t *testing.T) {
 		"zero lock":  {Now: now, LeaseUntil: now.Add(time.Minute), BatchSize: 1, Where: c.Where},
 		"batch 0":    {LockID: c.LockID, Now: now, LeaseUntil: now.Add(time.Minute), Where: c.Where},
 		"lease past": {LockID: c.LockID, Now: now, LeaseUntil: now, BatchSize: 1, Where: c.Where},
+		"an Order that limits": {LockID: c.LockID, Now: now, LeaseUntil: now.Add(time.Minute), BatchSize: 1, Where: c.Where,
+			Order: func(q *bun.SelectQuery) *bun.SelectQuery { return q.Order("seq").Limit(1) }},
+		"a Set that filters": {LockID: c.LockID, Now: now, LeaseUntil: now.Add(time.Minute), BatchSize: 1, Where: c.Where,
+			Set: func(q *bun.UpdateQuery) *bun.UpdateQuery { return q.Set("attempts = 0").Where("seq > 0") }},
 	} {
 		if _, err := rows.ClaimWith(ctx, bad); !errors.Is(err, workrow.ErrInvalidSpec) {
 			t.Errorf("ClaimWith with %s: %v; want workrow.ErrInvalidSpec", name, err)
@@ -210,5 +215,32 @@ func TestLeaseStore_WatchReleasesOnATransactionIsUnsupported(t *testing.T) {
 	err = mustLeaseStore(t, tx, LeaseStoreOptions{}).WatchReleases(ctx, func(string) {})
 	if !errors.Is(err, ErrWatchUnsupported) {
 		t.Fatalf("WatchReleases on a bun.Tx = %v; want ErrWatchUnsupported", err)
+	}
+}
+
+// TestWorkRows_ClaimWithKeepsAnOrInsideItsPredicate: a Where joined with
+// WhereOr stays one predicate under the live filter, so a finished row
+// the OR matches is not claimed.
+func TestWorkRows_ClaimWithKeepsAnOrInsideItsPredicate(t *testing.T) {
+	env := testenv.Postgres(t)
+	db := openBun(t, env)
+	ctx := testContext(t)
+	createSuiteTable(t, ctx, db)
+	done := time.Now()
+	if err := insertSuiteRows(ctx, db, []conformance.WorkRow{{ID: 1, Seq: 10}, {ID: 2, Seq: 10, CompletedAt: &done}}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := NewWorkRows[int64, suiteRow](ctx, db, suiteOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	got, err := rows.ClaimWith(ctx, ClaimQuery{LockID: workrow.NewLockID(), Now: now, LeaseUntil: now.Add(time.Minute), BatchSize: 10,
+		Where: func(q bun.QueryBuilder) bun.QueryBuilder { return q.Where("attempts < 0").WhereOr("seq = 10") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != 1 {
+		t.Fatalf("ClaimWith took %+v; want row 1 only (row 2 is finished)", got)
 	}
 }

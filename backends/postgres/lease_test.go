@@ -371,7 +371,7 @@ FROM generate_series(1, 20000) AS g`)
 	roles := []string{"seed-1", "seed-2", "seed-3", "fresh"}
 	tokens := []int64{1, 2, 0, 0}
 	var raw []byte
-	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.heartbeatSQL, "h-1", "", time.Minute, roles, tokens).Scan(&raw); err != nil {
+	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.HeartbeatSQL(), "h-1", "", time.Minute, roles, tokens).Scan(&raw); err != nil {
 		t.Fatalf("EXPLAIN: %v", err)
 	}
 	checkLeasePlan(t, "plan for the given claims", raw)
@@ -382,12 +382,12 @@ FROM generate_series(1, 20000) AS g`)
 		roles = append(roles, fmt.Sprintf("seed-%d", i*100+1))
 		tokens = append(tokens, int64(i*100+1))
 	}
-	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.heartbeatSQL, "h-1", "", time.Minute, roles, tokens).Scan(&raw); err != nil {
+	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.HeartbeatSQL(), "h-1", "", time.Minute, roles, tokens).Scan(&raw); err != nil {
 		t.Fatalf("EXPLAIN: %v", err)
 	}
 	checkLeasePlan(t, "plan for 64 claims", raw)
 
-	if _, err := conn.Exec(ctx, "PREPARE baton_heartbeat (text, text, interval, text[], bigint[]) AS "+st.heartbeatSQL); err != nil {
+	if _, err := conn.Exec(ctx, "PREPARE baton_heartbeat (text, text, interval, text[], bigint[]) AS "+st.HeartbeatSQL()); err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE baton_heartbeat")
@@ -406,7 +406,7 @@ FROM generate_series(1, 20000) AS g`)
 		t.Fatal(err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "RESET enable_indexscan; RESET enable_bitmapscan")
-	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.heartbeatSQL, "h-1", "", time.Minute, roles, tokens).Scan(&raw); err != nil {
+	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.HeartbeatSQL(), "h-1", "", time.Minute, roles, tokens).Scan(&raw); err != nil {
 		t.Fatalf("EXPLAIN: %v", err)
 	}
 	if problems := leasePlanProblems(t, raw); !slices.Contains(problems, "a Seq Scan on "+LeaseTable) {
@@ -600,8 +600,8 @@ func TestNewLeaseStore_RejectsInvalidOptionsNamingTheField(t *testing.T) {
 		}
 	}
 	st := mustLeaseStore(t, env.Pool, LeaseStoreOptions{})
-	if st.opts.Channel != DefaultLeaseChannel {
-		t.Errorf("default channel = %q, want %q", st.opts.Channel, DefaultLeaseChannel)
+	if st.Channel() != DefaultLeaseChannel {
+		t.Errorf("default channel = %q, want %q", st.Channel(), DefaultLeaseChannel)
 	}
 }
 

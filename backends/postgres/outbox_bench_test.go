@@ -113,7 +113,7 @@ func BenchmarkOutboxStorePass(b *testing.B) {
 			const bareUpsert = `INSERT INTO baton_outbox_state (key, value) VALUES ('bench_bare_cursor', $1)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 			barePass := func(cur outbox.Cursor) (outbox.Cursor, int) {
-				rows, err := env.Pool.Query(ctx, st.sql.scan, cur.XID, [16]byte(cur.ID), batch)
+				rows, err := env.Pool.Query(ctx, st.Statements().Scan, cur.XID, [16]byte(cur.ID), batch)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/outbox"
 	lockmem "github.com/baton-go/baton/locks/memory"
@@ -38,7 +39,7 @@ func BenchmarkOutboxRelay(b *testing.B) {
 				resetCursor(b, ctx, env.Pool)
 				b.StartTimer()
 				driverTime += relayOnce(b, ctx, st, locks, batch, entries)
-				bareTime += bareWalk(b, ctx, st, batch, entries)
+				bareTime += bareWalk(b, ctx, env.Pool, st, batch, entries)
 			}
 			driverRate := float64(entries*b.N) / driverTime.Seconds()
 			bareRate := float64(entries*b.N) / bareTime.Seconds()
@@ -91,14 +92,14 @@ func relayOnce(b *testing.B, ctx context.Context, st *OutboxStore, locks *lockme
 
 // bareWalk walks the table with the driver's keyset query and one cursor
 // upsert per batch, nothing else.
-func bareWalk(b *testing.B, ctx context.Context, st *OutboxStore, batch, n int) time.Duration {
+func bareWalk(b *testing.B, ctx context.Context, pool *pgxpool.Pool, st *OutboxStore, batch, n int) time.Duration {
 	const upsert = `INSERT INTO baton_outbox_state (key, value) VALUES ('bench_bare_cursor', $1)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 	start := time.Now()
 	var cur outbox.Cursor
 	walked := 0
 	for walked < n {
-		rows, err := st.pool.Query(ctx, st.sql.scan, cur.XID, [16]byte(cur.ID), batch)
+		rows, err := pool.Query(ctx, st.Statements().Scan, cur.XID, [16]byte(cur.ID), batch)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -111,7 +112,7 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 		}
 		cur = es[len(es)-1].Cursor()
 		xid, id := outbox.CursorState(cur)
-		if _, err := st.pool.Exec(ctx, upsert, xid+"/"+id); err != nil {
+		if _, err := pool.Exec(ctx, upsert, xid+"/"+id); err != nil {
 			b.Fatal(err)
 		}
 		walked += len(es)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
@@ -82,16 +83,16 @@ func TestOutboxStore_Conformance(t *testing.T) {
 // connection of its own, and reports producers waiting on that backend.
 func holdSettle(st *OutboxStore, pool *pgxpool.Pool) func(context.Context, outbox.Settlement) (conformance.HeldSettlement, error) {
 	return func(ctx context.Context, s outbox.Settlement) (conformance.HeldSettlement, error) {
-		conn, err := pool.Acquire(ctx)
+		tx, err := newPoolDB(pool).Begin(ctx)
 		if err != nil {
 			return nil, err
 		}
-		h := &heldSettlement{pool: pool, conn: conn}
-		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&h.pid); err != nil {
-			conn.Release()
+		h := &heldSettlement{pool: pool, tx: tx}
+		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&h.pid); err != nil {
+			h.Rollback(ctx)
 			return nil, err
 		}
-		if err := st.settle(ctx, conn.Conn(), s, false); err != nil {
+		if err := st.SettleIn(ctx, tx, s); err != nil {
 			h.Rollback(ctx)
 			return nil, err
 		}
@@ -101,7 +102,7 @@ func holdSettle(st *OutboxStore, pool *pgxpool.Pool) func(context.Context, outbo
 
 type heldSettlement struct {
 	pool *pgxpool.Pool
-	conn *pgxpool.Conn
+	tx   pgsql.Tx
 	pid  uint32
 }
 
@@ -111,17 +112,8 @@ func (h *heldSettlement) Blocking(ctx context.Context) (bool, error) {
 	return blocking, err
 }
 
-func (h *heldSettlement) end(ctx context.Context, how string) error {
-	if h.conn == nil {
-		return nil
-	}
-	defer func() { h.conn.Release(); h.conn = nil }()
-	_, err := h.conn.Exec(ctx, how)
-	return err
-}
-
-func (h *heldSettlement) Commit(ctx context.Context) error   { return h.end(ctx, "COMMIT") }
-func (h *heldSettlement) Rollback(ctx context.Context) error { return h.end(ctx, "ROLLBACK") }
+func (h *heldSettlement) Commit(ctx context.Context) error   { return h.tx.Commit(ctx) }
+func (h *heldSettlement) Rollback(ctx context.Context) error { return h.tx.Rollback(ctx) }
 
 // awaitOutbox scans from after until at least n entries are visible (the
 // horizon is cluster-wide: another test's open transaction holds it back
@@ -385,10 +377,10 @@ func TestOutboxStore_ReadsXID8AboveTwoTo32AndTwoTo63(t *testing.T) {
 		ids[3], ids[4] = ids[4], ids[3]
 	}
 	const horizon = "  AND xid < pg_snapshot_xmin(pg_current_snapshot())\n"
-	if !strings.Contains(st.sql.scan, horizon) {
-		t.Fatalf("the scan statement has no horizon line %q:\n%s", horizon, st.sql.scan)
+	if !strings.Contains(st.Statements().Scan, horizon) {
+		t.Fatalf("the scan statement has no horizon line %q:\n%s", horizon, st.Statements().Scan)
 	}
-	unbounded := strings.Replace(st.sql.scan, horizon, "", 1)
+	unbounded := strings.Replace(st.Statements().Scan, horizon, "", 1)
 	read := func(after outbox.Cursor) []outbox.Entry {
 		t.Helper()
 		rows, err := env.Pool.Query(ctx, unbounded, after.XID, [16]byte(after.ID), 100)
@@ -634,7 +626,7 @@ func TestOutboxStore_SettlementValuesTheDatabaseRefusesAreInvalidSettlements(t *
 	ctx := testContext(t)
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
 	st := mustOutboxStore(t, env.Pool, OutboxStoreOptions{})
-	_, err := env.Pool.Exec(ctx, st.sql.writeState, []string{outbox.KeyLastError}, []string{"a\x00b"}, []string{})
+	_, err := env.Pool.Exec(ctx, st.Statements().WriteState, []string{outbox.KeyLastError}, []string{"a\x00b"}, []string{})
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "22021" {
 		t.Fatalf("writing a NUL byte into a state value: err = %v, want SQLSTATE 22021", err)
@@ -722,33 +714,6 @@ VALUES ('00000000-0000-7000-8000-000000000001', '1', 'l', '{}', 'e'), ('00000000
 	}
 	if n := countRows(t, ctx, env.Pool, "baton_outbox"); n != 0 {
 		t.Errorf("refused requeues left %d entries", n)
-	}
-}
-
-func TestCompareShapesNamesAPartialIndexPredicateAndADescendingColumn(t *testing.T) {
-	expected := []tableShape{{
-		Name: "t",
-		Indexes: []indexShape{
-			{Name: "t_partial", Columns: []string{"a"}, Predicate: "b IS NOT NULL"},
-			{Name: "t_full", Columns: []string{"a"}},
-			{Name: "t_desc", Columns: []string{"a DESC", "b"}},
-		},
-	}}
-	actual := map[string]*actualTable{"t": {Indexes: map[string]indexShape{
-		"t_partial": {Name: "t_partial", Columns: []string{"a"}},
-		"t_full":    {Name: "t_full", Columns: []string{"a"}, Predicate: "b > 0"},
-		"t_desc":    {Name: "t_desc", Columns: []string{"a", "b"}},
-	}}}
-	want := []string{
-		"index t_partial on t covers every row, want only rows WHERE b IS NOT NULL",
-		"index t_full on t covers only rows WHERE b > 0, want every row",
-		"index t_desc on t has columns (a, b), want (a DESC, b)",
-	}
-	if got := compareShapes(expected, actual); !slices.Equal(got, want) {
-		t.Errorf("compareShapes:\n got %q\nwant %q", got, want)
-	}
-	if got := describeIndex(expected[0].Indexes[0]); got != "not unique (a) WHERE b IS NOT NULL" {
-		t.Errorf("describeIndex = %q", got)
 	}
 }
 
@@ -972,17 +937,17 @@ FROM generate_series(1, 100000) AS g`)
 		name, query, args string
 		want              map[string][]string
 	}{
-		{"outbox_scan", st.sql.scan, fmt.Sprintf("'%d', %s, 100", c, nilID),
+		{"outbox_scan", st.Statements().Scan, fmt.Sprintf("'%d', %s, 100", c, nilID),
 			map[string][]string{"baton_outbox_walk": {"ROW(xid, id) > ROW(", "xid < pg_snapshot_xmin(pg_current_snapshot())"}}},
-		{"outbox_delete_delivered", st.sql.deleteDone, fmt.Sprintf("'%d', %s, '7 days', 1000", c, nilID),
+		{"outbox_delete_delivered", st.Statements().DeleteDone, fmt.Sprintf("'%d', %s, '7 days', 1000", c, nilID),
 			map[string][]string{"baton_outbox_walk": {"ROW(xid, id) <= ROW("}}},
-		{"outbox_park", st.sql.park, fmt.Sprintf("ARRAY[%s::uuid, gen_random_uuid()], '{a,b}', '%d', %s, '%d', %s", nilID, c, nilID, horizon, nilID),
+		{"outbox_park", st.Statements().Park, fmt.Sprintf("ARRAY[%s::uuid, gen_random_uuid()], '{a,b}', '%d', %s, '%d', %s", nilID, c, nilID, horizon, nilID),
 			map[string][]string{"baton_outbox_pkey": {"id = p.id"}}},
-		{"outbox_list_dead", st.sql.listDead, "100",
+		{"outbox_list_dead", st.Statements().ListDead, "100",
 			map[string][]string{"baton_outbox_dead_parked": nil}},
-		{"outbox_list_dead_before", st.sql.listDeadBefore, "100, '" + someDead + "'",
+		{"outbox_list_dead_before", st.Statements().ListDeadBefore, "100, '" + someDead + "'",
 			map[string][]string{"baton_outbox_dead_parked": {"parked_at <="}, "baton_outbox_dead_pkey": {"id ="}}},
-		{"outbox_delete_requeued", st.sql.deleteRequeued, "'7 days', 1000",
+		{"outbox_delete_requeued", st.Statements().DeleteRequeued, "'7 days', 1000",
 			map[string][]string{"baton_outbox_dead_requeued": {"requeued_at < (now() -"}}},
 	}
 	for _, s := range statements {

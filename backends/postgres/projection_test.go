@@ -331,16 +331,16 @@ SELECT h.generation, 'doc', 'd-' || k, k FROM h, generate_series(1, 5) AS k`)
 	}
 	defer conn.Release()
 	var raw []byte
-	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.maskSQL, big.Type, big.ID, "doc", "res-0004000").Scan(&raw); err != nil {
+	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.MaskSQL(), big.Type, big.ID, "doc", "res-0004000").Scan(&raw); err != nil {
 		t.Fatalf("EXPLAIN: %v", err)
 	}
 	checkPointReadPlan(t, "plan for a point read of the 100 000-grant subject", raw)
-	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.maskSQL, "user", "other-7", "doc", "d-3").Scan(&raw); err != nil {
+	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.MaskSQL(), "user", "other-7", "doc", "d-3").Scan(&raw); err != nil {
 		t.Fatalf("EXPLAIN: %v", err)
 	}
 	checkPointReadPlan(t, "plan for a point read of a small subject", raw)
 
-	if _, err := conn.Exec(ctx, "PREPARE baton_point_read (text, text, text, text) AS "+st.maskSQL); err != nil {
+	if _, err := conn.Exec(ctx, "PREPARE baton_point_read (text, text, text, text) AS "+st.MaskSQL()); err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE baton_point_read")
@@ -358,7 +358,7 @@ SELECT h.generation, 'doc', 'd-' || k, k FROM h, generate_series(1, 5) AS k`)
 		t.Fatal(err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "RESET enable_indexscan; RESET enable_bitmapscan; RESET enable_indexonlyscan")
-	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.maskSQL, big.Type, big.ID, "doc", "res-0004000").Scan(&raw); err != nil {
+	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.MaskSQL(), big.Type, big.ID, "doc", "res-0004000").Scan(&raw); err != nil {
 		t.Fatalf("EXPLAIN: %v", err)
 	}
 	if problems := pointReadPlanProblems(t, raw); !slices.ContainsFunc(problems, func(p string) bool { return strings.HasPrefix(p, "a Seq Scan") }) {
@@ -386,7 +386,7 @@ SELECT h.generation, 'doc', 'd-' || k, k FROM h, generate_series(1, 5) AS k`)
 		t.Fatal(err)
 	}
 	var raw []byte
-	if err := env.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sweepSQL).Scan(&raw); err != nil {
+	if err := env.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.SweepSQL()).Scan(&raw); err != nil {
 		t.Fatalf("EXPLAIN: %v", err)
 	}
 	var plans []struct {

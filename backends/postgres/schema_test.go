@@ -6,8 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io/fs"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/internal/testenv"
 )
 
@@ -57,8 +58,8 @@ func (r *logRecorder) applied() []int64 {
 
 func allVersions() []int64 {
 	var vs []int64
-	for _, m := range migrations {
-		vs = append(vs, int64(m.Version))
+	for _, v := range pgsql.Versions() {
+		vs = append(vs, int64(v))
 	}
 	return vs
 }
@@ -384,58 +385,6 @@ func TestVerifySchemaAfterMigrateReturnsNil(t *testing.T) {
 	}
 }
 
-// TestExpectedShapeAndMigrationsAgree is the guard for the two descriptions
-// of the schema: after migrating a fresh schema, the catalog must hold
-// exactly the tables, columns and indexes of expectedShape, no more and no
-// fewer. A migration added without its shape entry (or the reverse) fails
-// here.
-func TestExpectedShapeAndMigrationsAgree(t *testing.T) {
-	env := testenv.Postgres(t)
-	ctx := testContext(t)
-	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
-
-	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
-		t.Fatalf("VerifySchema after migrating a fresh schema: %v", err)
-	}
-
-	tx, err := env.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	actual, err := readTables(ctx, tx, env.Schema, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	delete(actual, migrationsTable)
-	expected := make(map[string]tableShape)
-	for _, ts := range expectedShape {
-		expected[ts.Name] = ts
-	}
-	for _, name := range slices.Sorted(maps.Keys(actual)) {
-		want, ok := expected[name]
-		if !ok {
-			t.Errorf("the migrations create table %s, which expectedShape does not describe", name)
-			continue
-		}
-		got := actual[name]
-		if len(got.Columns) != len(want.Columns) {
-			t.Errorf("table %s has columns %q, expectedShape lists %d", name, slices.Sorted(maps.Keys(got.Columns)), len(want.Columns))
-		}
-		for _, c := range want.Columns {
-			if got.Columns[c.Name] != c {
-				t.Errorf("column %s.%s is %+v in the database, %+v in expectedShape", name, c.Name, got.Columns[c.Name], c)
-			}
-		}
-		if len(got.Indexes) != len(want.Indexes) {
-			t.Errorf("table %s has indexes %q, expectedShape lists %d", name, slices.Sorted(maps.Keys(got.Indexes)), len(want.Indexes))
-		}
-	}
-	if len(actual) != len(expectedShape) {
-		t.Errorf("the migrations create %d tables, expectedShape describes %d", len(actual), len(expectedShape))
-	}
-}
-
 func TestVerifySchemaOnAnEmptySchemaNamesEveryTableAsMissing(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
@@ -443,8 +392,8 @@ func TestVerifySchemaOnAnEmptySchemaNamesEveryTableAsMissing(t *testing.T) {
 	problems := schemaProblems(t, VerifySchema(ctx, env.Pool, VerifyOptions{}))
 
 	var want []string
-	for _, ts := range expectedShape {
-		want = append(want, "table "+ts.Name+" is missing")
+	for _, name := range pgsql.Tables() {
+		want = append(want, "table "+name+" is missing")
 	}
 	want = append(want, "sequence "+ProjectionGenerationSequence+" is missing")
 	if !slices.Equal(problems, want) {
@@ -459,7 +408,7 @@ func TestVerifySchemaOnAMissingSchemaSaysSoAndNamesEveryTable(t *testing.T) {
 
 	problems := schemaProblems(t, VerifySchema(ctx, env.Pool, VerifyOptions{Schema: schema}))
 
-	if len(problems) != 1+len(expectedShape)+1 || !strings.Contains(problems[0], "does not exist") {
+	if len(problems) != 1+len(pgsql.Tables())+1 || !strings.Contains(problems[0], "does not exist") {
 		t.Errorf("problems = %q, want the schema, every table and the sequence named", problems)
 	}
 	if schemaExists(t, ctx, env, schema) {
@@ -624,17 +573,20 @@ func TestSchemaSQLIsTheWholeShape(t *testing.T) {
 func TestMigrateRollsBackEverythingWhenAStepFails(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
-	// A table in the way of the first migration makes it fail.
-	if _, err := env.Pool.Exec(ctx, "CREATE TABLE baton_lock_fences (x int)"); err != nil {
-		t.Fatal(err)
+	// An index of another table holding the name of the outbox's walk
+	// index makes the third migration fail, after two have run.
+	for _, q := range []string{"CREATE TABLE other (x int)", "CREATE INDEX baton_outbox_walk ON other (x)"} {
+		if _, err := env.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	err := Migrate(ctx, env.Pool, MigrateOptions{Logger: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))})
 
-	if err == nil || !strings.Contains(err.Error(), migrations[0].File) {
-		t.Fatalf("Migrate = %v, want an error naming %s", err, migrations[0].File)
+	if err == nil || !strings.Contains(err.Error(), "0003_outbox.up.sql") {
+		t.Fatalf("Migrate = %v, want an error naming 0003_outbox.up.sql", err)
 	}
-	if got := tablesIn(t, ctx, env, env.Schema); !slices.Equal(got, []string{"baton_lock_fences"}) {
+	if got := tablesIn(t, ctx, env, env.Schema); !slices.Equal(got, []string{"other"}) {
 		t.Errorf("tables after a failed Migrate = %q, want only the pre-existing one", got)
 	}
 }
@@ -658,9 +610,139 @@ func TestMigrateAndVerifyAcceptAPgxConn(t *testing.T) {
 // the version table, sorted.
 func expectedTableNames() []string {
 	names := []string{migrationsTable}
-	for _, tbl := range expectedShape {
-		names = append(names, tbl.Name)
-	}
+	names = append(names, pgsql.Tables()...)
 	slices.Sort(names)
 	return names
+}
+
+// logged lists the messages of the records at Info level.
+func (r *logRecorder) logged() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, rec := range r.records {
+		if rec.Level == slog.LevelInfo {
+			out = append(out, rec.Message)
+		}
+	}
+	return out
+}
+
+func mustExec(t *testing.T, ctx context.Context, env *testenv.PostgresEnv, stmts ...string) {
+	t.Helper()
+	for _, s := range stmts {
+		if _, err := env.Pool.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+func TestMigrate_RecreatesAMissingBatonIndex(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	mustExec(t, ctx, env, "DROP INDEX baton_outbox_dead_parked", "DROP INDEX baton_projection_header_active")
+	rec := &logRecorder{}
+
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
+
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Fatalf("VerifySchema after Migrate repaired the indexes: %v", err)
+	}
+	if got := rec.logged(); len(got) != 2 || got[0] != "baton: repaired schema" {
+		t.Errorf("logged %q, want two repairs", got)
+	}
+}
+
+func TestMigrate_RefusesAMissingColumnWithItsExactDDLAndChangesNothing(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	mustExec(t, ctx, env, "ALTER TABLE baton_role_leases DROP COLUMN holder_address",
+		"ALTER TABLE baton_lock_fences ALTER COLUMN token TYPE integer", "DROP INDEX baton_outbox_walk")
+
+	err := Migrate(ctx, env.Pool, MigrateOptions{})
+
+	var se *SchemaError
+	if !errors.As(err, &se) || !errors.Is(err, ErrSchemaMismatch) {
+		t.Fatalf("Migrate = %v, want a *SchemaError", err)
+	}
+	wantDDL := []string{
+		`ALTER TABLE "baton_lock_fences" ALTER COLUMN "token" TYPE bigint USING "token"::bigint`,
+		`ALTER TABLE "baton_role_leases" ADD COLUMN holder_address text NOT NULL DEFAULT ''`,
+	}
+	if !slices.Equal(se.DDL, wantDDL) {
+		t.Errorf("DDL = %q, want %q", se.DDL, wantDDL)
+	}
+	for _, want := range append(wantDDL, `SET search_path TO "`+env.Schema+`"`, "column baton_role_leases.holder_address is missing") {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not print %q:\n%s", want, err)
+		}
+	}
+	// The index repair was rolled back with the rest.
+	if problems := schemaProblems(t, VerifySchema(ctx, env.Pool, VerifyOptions{})); len(problems) != 3 {
+		t.Errorf("after the refused Migrate: %q, want the three problems still there", problems)
+	}
+	// The printed statements fix it; Migrate then repairs the index.
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, s := range append([]string{"SET LOCAL search_path TO " + pgx.Identifier{env.Schema}.Sanitize()}, se.DDL...) {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("after the DDL and Migrate: %v", err)
+	}
+}
+
+// migrationFile returns the text of one embedded migration file.
+func migrationFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := fs.ReadFile(Migrations(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestMigrate_AdoptsTheMigrationsAnExternalToolRanAndAppliesTheRest(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustExec(t, ctx, env, migrationFile(t, "0001_lock_fences.up.sql"), migrationFile(t, "0002_role_leases.up.sql"))
+	rec := &logRecorder{}
+
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
+
+	if got := rec.applied(); !slices.Equal(got, []int64{3, 4}) {
+		t.Errorf("applied %v, want 3 and 4 (1 and 2 ran already)", got)
+	}
+	if got := recordedVersions(t, ctx, env, env.Schema); !slices.Equal(got, allVersions()) {
+		t.Errorf("recorded versions = %v, want %v", got, allVersions())
+	}
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestMigrate_RefusesALaterMigrationsTablesWithoutTheEarlierOnes(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustExec(t, ctx, env, migrationFile(t, "0003_outbox.up.sql"))
+
+	err := Migrate(ctx, env.Pool, MigrateOptions{})
+
+	if err == nil || !strings.Contains(err.Error(), "baton_outbox (migration 3)") {
+		t.Fatalf("Migrate = %v, want a refusal naming a table of migration 3", err)
+	}
+	if got := tablesIn(t, ctx, env, env.Schema); !slices.Equal(got, []string{"baton_outbox", "baton_outbox_dead", "baton_outbox_state"}) {
+		t.Errorf("tables = %q, want those the file made and nothing more", got)
+	}
 }

@@ -109,13 +109,9 @@ func TestWorkRows_ClaimRidesThePartialIndexPastAMillionFinishedRows(t *testing.T
 
 	// The plans, custom (values known) and generic (what a prepared
 	// statement may settle on after five runs).
-	info, err := big.describe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sp := suiteSpec(time.Now(), 20)
 	sp.Eligible = eligibleForPlan
-	q, args, err := big.claimSQL(sp, info)
+	q, args, err := big.ClaimStatement(ctx, sp)
 	if err != nil {
 		t.Fatal(err)
 	}

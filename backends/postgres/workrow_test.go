@@ -254,7 +254,7 @@ func waitForLockWait(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH candidate%'`).Scan(&n); err != nil {
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH baton_candidate%'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -61,7 +62,11 @@ func newMigrateCommand() *cobra.Command {
 one transaction, creating the schema when it does not exist. It is safe to
 run again, and from several nodes at once: a second run changes nothing.
 
-A schema migrated by a newer baton is left alone (exit status 1).`,
+A schema holding baton's tables without recorded versions (migrated by goose,
+golang-migrate or an older bun adapter) is adopted: the versions found applied
+are recorded, not run again. Afterwards a missing baton index is created again;
+any other difference is refused, changing nothing, with the statements that
+fix it. A schema migrated by a newer baton is left alone (exit status 1).`,
 		Example: "  baton migrate --postgres postgres://app@db:5432/app --schema baton",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -153,6 +158,8 @@ type verifyReport struct {
 	OK       bool     `json:"ok"`
 	Version  int      `json:"version"`
 	Problems []string `json:"problems"`
+	// DDL fixes the problems, on a session whose search_path is the schema.
+	DDL []string `json:"ddl"`
 }
 
 func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
@@ -168,7 +175,7 @@ func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
 	if n == 0 {
 		return usagef("schema %q has none of baton's tables; create them with: baton migrate --schema %s", db.schema, db.schema)
 	}
-	rep := verifyReport{Schema: db.schema, Problems: []string{}}
+	rep := verifyReport{Schema: db.schema, Problems: []string{}, DDL: []string{}}
 	if recs, err := readMigrations(ctx, db.pool, db.schema); err == nil {
 		for _, m := range recs {
 			rep.Version = max(rep.Version, m.Version)
@@ -180,7 +187,7 @@ func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
 	case err == nil:
 		rep.OK = true
 	case errors.As(err, &se):
-		rep.Problems = se.Problems
+		rep.Problems, rep.DDL = se.Problems, se.DDL
 	default:
 		return schemaNameError(err)
 	}
@@ -192,7 +199,7 @@ func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
 	} else if rep.OK {
 		fmt.Fprintf(out, "schema %q matches this version of baton (migration version %d)\n", db.schema, rep.Version)
 	} else {
-		fmt.Fprintf(out, "schema %q does not match this version of baton: %d problem(s); run baton migrate --schema %s, or apply the missing migrations\n",
+		fmt.Fprintf(out, "schema %q does not match this version of baton: %d problem(s); run baton migrate --schema %s (it recreates missing indexes), or fix them\n",
 			db.schema, len(rep.Problems), db.schema)
 		t := newTable(out, "#", "PROBLEM")
 		for i, p := range rep.Problems {
@@ -200,6 +207,12 @@ func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
 		}
 		if err := t.flush(); err != nil {
 			return err
+		}
+		if len(rep.DDL) > 0 {
+			fmt.Fprintf(out, "\nstatements that fix them (check the data first):\nSET search_path TO %s;\n", pgx.Identifier{db.schema}.Sanitize())
+			for _, s := range rep.DDL {
+				fmt.Fprintf(out, "%s;\n", s)
+			}
 		}
 	}
 	if !rep.OK {

@@ -85,9 +85,12 @@ type Keepalive struct {
 	lost    chan struct{}
 	lostErr error
 	expiry  *time.Timer // set under mu: its callback may run before StartKeepalive returns
+	next    *time.Timer // the next refresh; it runs on the timer's own goroutine
+	stopped bool
 
-	stop context.CancelFunc
-	done chan struct{}
+	ctx      context.Context // of the refreshes; cancelled by Stop
+	cancel   context.CancelFunc
+	inFlight sync.WaitGroup // a refresh running
 }
 
 // StartKeepalive starts refreshing a lock that the server granted for
@@ -99,26 +102,35 @@ func StartKeepalive(cfg KeepaliveConfig, acquiredAt time.Time) (*Keepalive, erro
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &Keepalive{
-		cfg:  cfg,
-		base: acquiredAt,
-		lost: make(chan struct{}),
-		stop: cancel,
-		done: make(chan struct{}),
+		cfg:    cfg,
+		base:   acquiredAt,
+		lost:   make(chan struct{}),
+		ctx:    ctx,
+		cancel: cancel,
 	}
 	trust := cfg.TTL - cfg.SafetyMargin
 	k.validUntil.Store(int64(trust))
-	// The timer fires at once when trust ran out before the keepalive
-	// started (a slow obtain, a pause): holding mu until the field is set
-	// makes onExpiry and markLost find it.
+	// Two timers and no goroutine of its own: a lock that is acquired and
+	// released within one interval costs no more than that. The expiry
+	// fires at once when trust ran out before the keepalive started (a slow
+	// obtain, a pause): holding mu until both fields are set makes onExpiry
+	// and markLost find them.
 	k.mu.Lock()
 	k.expiry = time.AfterFunc(time.Until(acquiredAt.Add(trust)), k.onExpiry)
+	k.next = time.AfterFunc(cfg.Interval, k.tick)
 	k.mu.Unlock()
-	go k.run(ctx)
 	return k, nil
 }
 
-// Lost is closed once the lock can no longer be trusted.
-func (k *Keepalive) Lost() <-chan struct{} { return k.lost }
+// Lost is closed once the lock can no longer be trusted. It is closed by
+// the time anyone looks after the trust window ended, even when the expiry
+// timer has not run yet (a process that resumes after a pause looks first).
+func (k *Keepalive) Lost() <-chan struct{} {
+	if int64(time.Since(k.base)) >= k.validUntil.Load() {
+		k.markLost(ErrTrustExpired)
+	}
+	return k.lost
+}
 
 // Trusted reports, without blocking, whether the lock is still within its
 // trust window and not lost.
@@ -145,8 +157,12 @@ func (k *Keepalive) Err() error {
 func (k *Keepalive) Stop() (wasTrusted bool) {
 	wasTrusted = k.Trusted()
 	k.markLost(errStopped)
-	k.stop()
-	<-k.done
+	k.mu.Lock()
+	k.stopped = true
+	k.next.Stop()
+	k.mu.Unlock()
+	k.cancel()
+	k.inFlight.Wait()
 	return wasTrusted
 }
 
@@ -158,6 +174,7 @@ func (k *Keepalive) markLost(reason error) {
 	}
 	k.lostErr = reason
 	k.expiry.Stop()
+	k.next.Stop()
 	close(k.lost)
 	if reason != errStopped {
 		k.cfg.Logger.Warn("lock lost", "lock", k.cfg.Name, "reason", reason)
@@ -178,47 +195,56 @@ func (k *Keepalive) onExpiry() {
 	k.markLost(ErrTrustExpired)
 }
 
-func (k *Keepalive) run(ctx context.Context) {
-	defer close(k.done)
-	next := k.cfg.Interval
-	for {
-		t := time.NewTimer(next)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-k.lost:
-			t.Stop()
-			return
-		case <-t.C:
-		}
+// tick runs one refresh when its timer fires and sets the timer for the
+// next, unless the keepalive was stopped or the lock lost meanwhile.
+func (k *Keepalive) tick() {
+	k.mu.Lock()
+	if k.stopped || k.lostErr != nil {
+		k.mu.Unlock()
+		return
+	}
+	k.inFlight.Add(1) // under mu, so a Stop that follows waits for it
+	k.mu.Unlock()
+	defer k.inFlight.Done()
 
-		start := time.Since(k.base)
-		deadline := k.base.Add(time.Duration(k.validUntil.Load()))
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		err := k.cfg.Refresh(rctx)
-		cancel()
+	next, again := k.refresh()
+	if !again {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped && k.lostErr == nil {
+		k.next.Reset(max(next, 0))
+	}
+}
 
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err == nil:
-			k.extend(start + k.cfg.TTL - k.cfg.SafetyMargin)
-			next = k.cfg.Interval - (time.Since(k.base) - start)
-		case errors.Is(err, ErrNotHeld):
-			k.markLost(err)
-			return
-		default:
-			left := time.Duration(k.validUntil.Load()) - time.Since(k.base)
-			k.cfg.Logger.Warn("lock refresh failed", "lock", k.cfg.Name, "err", err, "trust_left", left)
-			if left <= 0 {
-				k.markLost(fmt.Errorf("%w: last refresh error: %w", ErrTrustExpired, err))
-				return
-			}
-			// Retry sooner than a full interval, but not in a tight loop.
-			next = min(k.cfg.Interval, max(left/4, time.Millisecond))
+// refresh calls Refresh once, within the trust window, and says when to
+// call it next; again is false once the lock is lost or stopped.
+func (k *Keepalive) refresh() (next time.Duration, again bool) {
+	start := time.Since(k.base)
+	deadline := k.base.Add(time.Duration(k.validUntil.Load()))
+	rctx, cancel := context.WithDeadline(k.ctx, deadline)
+	err := k.cfg.Refresh(rctx)
+	cancel()
+
+	switch {
+	case k.ctx.Err() != nil:
+		return 0, false
+	case err == nil:
+		k.extend(start + k.cfg.TTL - k.cfg.SafetyMargin)
+		return k.cfg.Interval - (time.Since(k.base) - start), true
+	case errors.Is(err, ErrNotHeld):
+		k.markLost(err)
+		return 0, false
+	default:
+		left := time.Duration(k.validUntil.Load()) - time.Since(k.base)
+		k.cfg.Logger.Warn("lock refresh failed", "lock", k.cfg.Name, "err", err, "trust_left", left)
+		if left <= 0 {
+			k.markLost(fmt.Errorf("%w: last refresh error: %w", ErrTrustExpired, err))
+			return 0, false
 		}
-		next = max(next, 0)
+		// Retry sooner than a full interval, but not in a tight loop.
+		return min(k.cfg.Interval, max(left/4, time.Millisecond)), true
 	}
 }
 

@@ -241,6 +241,37 @@ func TestKeepalive_TrustedTurnsFalseWithoutTheLoop(t *testing.T) {
 	})
 }
 
+func TestKeepalive_LostIsClosedWhenLookedAtAfterTheWindowEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A holder that resumes after a pause looks at Lost before the
+		// expiry timer's goroutine has had a chance to run: the window has
+		// ended, so Lost must be closed already, as Trusted is false. Here
+		// the window ended before the keepalive even started.
+		k, err := lock.StartKeepalive(lock.KeepaliveConfig{
+			TTL:          3 * time.Second,
+			SafetyMargin: time.Second,
+			Interval:     time.Second,
+			Refresh: func(ctx context.Context) error {
+				<-ctx.Done()
+				return ctx.Err()
+			},
+		}, time.Now().Add(-time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Stop()
+		if k.Trusted() {
+			t.Fatal("trusted a minute after its window ended")
+		}
+		if !isClosed(k.Lost()) {
+			t.Fatal("Lost still open although the trust window has ended")
+		}
+		if !errors.Is(k.Err(), lock.ErrTrustExpired) {
+			t.Fatalf("Err = %v, want ErrTrustExpired", k.Err())
+		}
+	})
+}
+
 func TestKeepalive_StopClosesLostAndStopsRefreshing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		log := &refreshLog{start: time.Now()}
@@ -324,5 +355,19 @@ func TestKeepalive_StartedAfterTrustRanOutIsLostAtOnceWithoutAPanic(t *testing.T
 			t.Fatal("refreshed a lock whose trust had run out")
 		default:
 		}
+	}
+}
+
+// BenchmarkKeepaliveStartStop is what a keepalive adds to a lock held for
+// less than one refresh interval: its timers set and stopped.
+func BenchmarkKeepaliveStartStop(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		k, err := lock.StartKeepalive(lock.KeepaliveConfig{TTL: 10 * time.Second, SafetyMargin: time.Second,
+			Refresh: func(context.Context) error { return nil }}, time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		k.Stop()
 	}
 }

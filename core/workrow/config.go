@@ -25,6 +25,11 @@ const (
 	DefaultFlushInterval = 500 * time.Millisecond
 	// DefaultStoreTimeout bounds one finalize, renew or release call.
 	DefaultStoreTimeout = 10 * time.Second
+	// DefaultConcurrency runs one handler at a time, in queue order.
+	DefaultConcurrency = 1
+	// MaxConcurrency bounds Config.Concurrency; each handler is a
+	// goroutine of its own.
+	MaxConcurrency = 10_000
 )
 
 // Handler does the work of one claimed row, with no transaction and no row
@@ -74,6 +79,14 @@ type Config[K comparable, R any] struct {
 	// BatchSize is the most rows per claim (default DefaultBatchSize, at
 	// most MaxBatchSize).
 	BatchSize int
+	// Concurrency is how many handlers one Run (or RunBatch) runs at once
+	// (default DefaultConcurrency). One claim loop feeds them: it keeps up
+	// to max(Concurrency, BatchSize) rows in hand and claims the next batch
+	// as soon as a whole batch fits (and at most one finished batch is
+	// still being finalized). Rows start in queue order but may
+	// finish out of order. For slow handlers keep BatchSize at or below
+	// Concurrency, so that freed handlers find rows waiting.
+	Concurrency int
 	// Lease is how long a claim or renewal holds the rows (default
 	// DefaultLease).
 	Lease time.Duration
@@ -102,6 +115,9 @@ type Config[K comparable, R any] struct {
 func (c *Config[K, R]) validate() error {
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
@@ -143,6 +159,8 @@ func (c *Config[K, R]) validate() error {
 		return bad("OnComplete is nil; without its sets a completed row would be claimed again")
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
 		return bad("BatchSize is %d; it must be between 1 and %d", c.BatchSize, MaxBatchSize)
+	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
+		return bad("Concurrency is %d; it must be between 1 and %d", c.Concurrency, MaxConcurrency)
 	case c.Lease < 0:
 		return bad("Lease is %v; it must be positive", c.Lease)
 	case c.RenewEvery <= 0 || c.RenewEvery >= c.Lease:

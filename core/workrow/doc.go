@@ -64,4 +64,6 @@
 // the error and delays the row by the Backoff (Exponential or a Ladder of
 // Steps, either honouring a longer remote Retry-After); a panic is a
 // failure; a row lost to another worker is logged, never overwritten.
+// Config.Concurrency runs that many handlers at once from one claim loop;
+// rows then start in queue order but may finish out of order.
 package workrow

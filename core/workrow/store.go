@@ -14,7 +14,7 @@ import (
 // guards below are only worth something if nothing can slip between the
 // check and the write.
 //
-// The rules a store keeps are numbered W1 to W14 on the methods below and
+// The rules a store keeps are numbered W1 to W15 on the methods below and
 // here; conformance.RunWorkRows checks each one with a subtest of its own
 // (docs/adapters.md lists which). Besides the methods' own:
 //
@@ -22,13 +22,18 @@ import (
 //     workers over stores sharing the table handle every row exactly once
 //     (a row whose first attempt fails, exactly twice), count every
 //     attempt, and leave every row unlocked.
-//   - W12 bad input: a spec failing ClaimSpec.Validate, and a finalize,
+//   - W12 concurrent handlers: the same holds for workers running many
+//     handlers each (Config.Concurrency), which keep several claims in
+//     hand at once and finalize each claim's rows in the order their
+//     handlers finished: FinalizeMany pairs every Final with its own row
+//     whatever order the finals come in.
+//   - W13 bad input: a spec failing ClaimSpec.Validate, and a finalize,
 //     renew or release request failing CheckFinalize, CheckRenew or
 //     CheckRelease, is an error wrapping ErrInvalidSpec and writes
 //     nothing.
-//   - W13 context: every method called with an ended context fails with an
+//   - W14 context: every method called with an ended context fails with an
 //     error that wraps ctx.Err(), and changes no row.
-//   - W14 schema: a store over a table that does not exist, or has the
+//   - W15 schema: a store over a table that does not exist, or has the
 //     wrong shape, fails every call with the adapter's schema-mismatch
 //     error.
 type Store[K comparable, R any] interface {

@@ -13,15 +13,25 @@ import (
 // Worker claims batches of rows from a Store, runs the Handler for each row
 // with no transaction or lock held, and finalizes the outcomes.
 //
-// While a batch is at work, a goroutine of its own renews the lease of the
+// Up to Concurrency handlers run at once, fed by one claim loop per Run. The
+// loop keeps at most max(Concurrency, BatchSize) rows in hand (claimed, their
+// handler not yet returned) and claims the next batch as soon as a whole
+// batch fits, so handlers that free up are fed without waiting for the rest
+// of the batch, unless two finished batches are still being finalized (rows
+// awaiting their finalize stay in the claim index, where every claim has to
+// step over them). Rows start in queue order, the order of the claims, but with
+// Concurrency above 1 they may finish, and be finalized, out of order.
+//
+// While a batch is in hand, a goroutine of its own renews the lease of the
 // rows not yet finalized every RenewEvery. A renewal that finds a row taken
 // by another worker cancels that row's handler (cause ErrNotOwned) and
 // drops its outcome; when no renewal succeeds before the lease ends, the
-// running handler is cancelled (cause ErrLeaseExpired), no further row of
-// the batch is started, and the rows not started are released. Outcomes are
-// finalized together (FinalizeMany) when the batch ends or when the oldest
-// has waited FlushInterval; each finalize is guarded by the batch's lock id,
-// so a row lost meanwhile is logged and never overwritten.
+// batch's running handlers are cancelled (cause ErrLeaseExpired), no further
+// row of the batch is started, and the rows not started are released.
+// Outcomes are finalized together (FinalizeMany) when every row of the batch
+// is done or when the oldest has waited FlushInterval; each finalize is
+// guarded by the batch's lock id, so a row lost meanwhile is logged and
+// never overwritten.
 type Worker[K comparable, R any] struct {
 	cfg Config[K, R]
 }
@@ -36,22 +46,37 @@ func NewWorker[K comparable, R any](cfg Config[K, R]) (*Worker[K, R], error) {
 }
 
 // Run claims and works batches until ctx ends, then finalizes the outcomes
-// it has, releases the rows of its batch it did not start, and returns nil.
-// A claim that found nothing waits IdleDelay; a store error is logged and
-// waits ErrorDelay. Run may be called from several goroutines at once: each
-// call is one claim loop, and the caller owns its goroutine.
+// it has, releases the rows in hand it did not start, and returns nil once
+// every batch is handed back. A claim that found nothing waits IdleDelay; a
+// store error is logged and waits ErrorDelay. Run may be called from several
+// goroutines at once: each call is one claim loop with its own Concurrency
+// handlers, and the caller owns its goroutine.
 func (w *Worker[K, R]) Run(ctx context.Context) error {
+	r := w.start(ctx)
+	defer r.stop()
 	for ctx.Err() == nil {
-		n, err := w.RunBatch(ctx)
 		var pause time.Duration
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err != nil:
+		select {
+		case err := <-r.failed:
 			w.cfg.Logger.WarnContext(ctx, "baton: work row batch failed", "err", err, "retry_in", w.cfg.ErrorDelay)
 			pause = w.cfg.ErrorDelay
-		case n == 0:
-			pause = w.cfg.IdleDelay
+		default:
+			if !r.waitForRoom(ctx) {
+				return nil
+			}
+			b, err := w.claim(ctx)
+			if b != nil {
+				r.add(b) // even when ctx ended meanwhile: the batch must be handed back
+			}
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err != nil:
+				w.cfg.Logger.WarnContext(ctx, "baton: work row batch failed", "err", err, "retry_in", w.cfg.ErrorDelay)
+				pause = w.cfg.ErrorDelay
+			case b == nil:
+				pause = w.cfg.IdleDelay
+			}
 		}
 		if pause > 0 {
 			t := time.NewTimer(pause)
@@ -66,12 +91,26 @@ func (w *Worker[K, R]) Run(ctx context.Context) error {
 	return nil
 }
 
-// RunBatch claims one batch and works it to the end. It returns how many
-// rows it claimed (0 when nothing was due) and the claim, finalize or
-// release error, if any. When ctx ends mid-batch, the running handler's
-// ctx ends with it; the outcomes already decided are still finalized and
-// the rest of the batch is released, within StoreTimeout.
+// RunBatch claims one batch and works it to the end, with up to
+// Concurrency handlers at once. It returns how many rows it claimed (0 when
+// nothing was due) and the claim, finalize or release error, if any. When
+// ctx ends mid-batch, the running handlers' ctx ends with it; the outcomes
+// already decided are still finalized and the rest of the batch is
+// released, within StoreTimeout.
 func (w *Worker[K, R]) RunBatch(ctx context.Context) (int, error) {
+	r := w.start(ctx)
+	defer r.stop()
+	b, err := w.claim(ctx)
+	if b == nil {
+		return 0, err
+	}
+	r.add(b)
+	<-b.ended
+	return len(b.rows), b.err
+}
+
+// claim takes one batch with a fresh lock id; nil when nothing was due.
+func (w *Worker[K, R]) claim(ctx context.Context) (*batch[K, R], error) {
 	start := time.Now()
 	spec := ClaimSpec{
 		LockID:     NewLockID(),
@@ -86,12 +125,12 @@ func (w *Worker[K, R]) RunBatch(ctx context.Context) (int, error) {
 	rows, err := w.cfg.Store.Claim(cctx, spec)
 	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("baton/workrow: claim: %w", err)
+		return nil, fmt.Errorf("baton/workrow: claim: %w", err)
 	}
 	if len(rows) == 0 {
-		return 0, nil
+		return nil, nil
 	}
-	b := &batch[K, R]{
+	return &batch[K, R]{
 		w:          w,
 		log:        w.cfg.Logger.With("lock_id", spec.LockID.String()),
 		lock:       spec.LockID,
@@ -101,8 +140,159 @@ func (w *Worker[K, R]) RunBatch(ctx context.Context) (int, error) {
 		finals:     make([]Final[K], len(rows)),
 		validUntil: start.Add(w.cfg.Lease),
 		decided:    make(chan struct{}, 1),
+		left:       len(rows),
+		worked:     make(chan struct{}),
+		ended:      make(chan struct{}),
+	}, nil
+}
+
+// run is one claim loop's handlers and the batches it holds. The claim loop
+// adds batches; Concurrency handler goroutines take their rows in claim
+// order; each batch, once all its rows are done, is finalized and released
+// by a goroutine of its own. stop waits for all of them.
+type run[K comparable, R any] struct {
+	w        *Worker[K, R]
+	ctx      context.Context
+	capacity int // most rows in hand: max(Concurrency, BatchSize)
+
+	work   chan item[K, R] // rows in hand not yet taken by a handler
+	quit   chan struct{}   // closed by stop: handlers return
+	room   chan struct{}   // a row or a batch left the hand
+	failed chan error      // a batch's finalize or release failed
+
+	mu     sync.Mutex
+	inHand int // rows claimed whose handler has not returned (or that were skipped)
+	ending int // batches whose rows are all done, being finalized and released
+
+	handlers sync.WaitGroup
+	batches  sync.WaitGroup
+}
+
+type item[K comparable, R any] struct {
+	b *batch[K, R]
+	i int
+}
+
+func (w *Worker[K, R]) start(ctx context.Context) *run[K, R] {
+	capacity := max(w.cfg.Concurrency, w.cfg.BatchSize)
+	r := &run[K, R]{
+		w:        w,
+		ctx:      ctx,
+		capacity: capacity,
+		work:     make(chan item[K, R], capacity),
+		quit:     make(chan struct{}),
+		room:     make(chan struct{}, 1),
+		failed:   make(chan error, 1),
 	}
-	return len(rows), b.run(ctx)
+	for range w.cfg.Concurrency {
+		r.handlers.Go(r.handle)
+	}
+	return r
+}
+
+// stop ends the handlers after the rows they are on, skips the rows nobody
+// took (their batches release them), and waits until every batch is
+// finalized and released.
+func (r *run[K, R]) stop() {
+	close(r.quit)
+	r.handlers.Wait()
+	for drained := false; !drained; {
+		select {
+		case it := <-r.work:
+			r.done(it)
+		default:
+			drained = true
+		}
+	}
+	r.batches.Wait()
+}
+
+// hasRoom reports whether a whole batch fits in hand and at most one
+// finished batch is still being finalized. The second bound keeps fast
+// handlers from running ahead of the finalizes: every row not yet
+// finalized stays in the claim index, where each claim has to step over
+// it, so batches piling up behind their finalizes slow the claims down.
+func (r *run[K, R]) hasRoom() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inHand+r.w.cfg.BatchSize <= r.capacity && r.ending <= 1
+}
+
+// waitForRoom waits until hasRoom; false when ctx ended first.
+func (r *run[K, R]) waitForRoom(ctx context.Context) bool {
+	for !r.hasRoom() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-r.room:
+		}
+	}
+	return true
+}
+
+func (r *run[K, R]) signalRoom() {
+	select {
+	case r.room <- struct{}{}:
+	default:
+	}
+}
+
+// add puts a claimed batch in hand: its keeper starts, its rows queue for
+// the handlers, and a goroutine finalizes and releases it once they are
+// done.
+func (r *run[K, R]) add(b *batch[K, R]) {
+	r.mu.Lock()
+	r.inHand += len(b.rows)
+	r.mu.Unlock()
+	b.begin(r.ctx)
+	for i := range b.rows {
+		r.work <- item[K, R]{b, i} // never blocks: the channel holds capacity rows
+	}
+	r.batches.Go(func() {
+		<-b.worked
+		b.err = b.end(r.ctx)
+		close(b.ended)
+		if b.err != nil {
+			select {
+			case r.failed <- b.err:
+			default:
+			}
+		}
+		r.mu.Lock()
+		r.ending--
+		r.mu.Unlock()
+		r.signalRoom()
+	})
+}
+
+// handle is one handler goroutine: it works rows in hand, one at a time,
+// until stop, or until ctx ends (then the rows it would take are skipped).
+func (r *run[K, R]) handle() {
+	for {
+		select {
+		case <-r.quit:
+			return
+		case <-r.ctx.Done():
+			return
+		case it := <-r.work:
+			if r.ctx.Err() == nil {
+				it.b.work(r.ctx, it.i)
+			}
+			r.done(it)
+		}
+	}
+}
+
+// done takes a row out of the hand: worked, or skipped and left pending for
+// its batch to release.
+func (r *run[K, R]) done(it item[K, R]) {
+	r.mu.Lock()
+	r.inHand--
+	if it.b.rowDone() {
+		r.ending++ // in the same step, so no claim sees the room without it
+	}
+	r.mu.Unlock()
+	r.signalRoom()
 }
 
 type rowState int
@@ -136,34 +326,57 @@ type batch[K comparable, R any] struct {
 	validUntil time.Time // local trust in the lease, monotonic
 	expired    bool
 	watchdog   *time.Timer
+	left       int           // rows not yet worked or skipped
+	worked     chan struct{} // closed when left reaches 0
+
+	stopKeeping context.CancelFunc
+	keeperDone  chan struct{}
+	ended       chan struct{} // closed when end has returned; err is then set
+	err         error
 }
 
-func (b *batch[K, R]) run(ctx context.Context) error {
+// begin starts the batch's lease watchdog and keeper.
+func (b *batch[K, R]) begin(ctx context.Context) {
 	b.mu.Lock()
 	b.watchdog = time.AfterFunc(time.Until(b.validUntil), b.expire)
 	b.mu.Unlock()
-
 	keepCtx, stopKeeping := context.WithCancel(ctx)
-	keeperDone := make(chan struct{})
+	b.stopKeeping = stopKeeping
+	b.keeperDone = make(chan struct{})
 	go func() {
-		defer close(keeperDone)
+		defer close(b.keeperDone)
 		b.keep(keepCtx)
 	}()
+}
 
-	for i := range b.rows {
-		if ctx.Err() != nil || b.isExpired() {
-			break
-		}
-		rctx, ok := b.start(ctx, i)
-		if !ok {
-			continue
-		}
-		out, interrupted := b.call(rctx, i)
-		b.decide(i, out, interrupted)
+// work runs row i's handler and decides its outcome, unless the row must
+// not be worked (lost, or the lease has run out).
+func (b *batch[K, R]) work(ctx context.Context, i int) {
+	rctx, ok := b.start(ctx, i)
+	if !ok {
+		return
 	}
+	out, interrupted := b.call(rctx, i)
+	b.decide(i, out, interrupted)
+}
 
-	stopKeeping()
-	<-keeperDone
+// rowDone counts a row as worked or skipped; true for the batch's last.
+func (b *batch[K, R]) rowDone() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.left--
+	if b.left == 0 {
+		close(b.worked)
+		return true
+	}
+	return false
+}
+
+// end runs once every row is worked or skipped: it stops the keeper,
+// finalizes the outcomes left and releases the rows never started.
+func (b *batch[K, R]) end(ctx context.Context) error {
+	b.stopKeeping()
+	<-b.keeperDone
 	b.mu.Lock()
 	b.watchdog.Stop()
 	b.mu.Unlock()
@@ -402,14 +615,8 @@ func (b *batch[K, R]) releaseUnstarted(ctx context.Context) error {
 	return nil
 }
 
-func (b *batch[K, R]) isExpired() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.expired
-}
-
-// expire runs when the local trust in the lease ends: the running handler
-// is cancelled and no further row is started.
+// expire runs when the local trust in the lease ends: the running handlers
+// are cancelled and no further row is started.
 func (b *batch[K, R]) expire() {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -480,6 +480,8 @@ func TestNewWorker_RejectsInvalidConfigNamingTheField(t *testing.T) {
 		{"Attempt is nil", func(c *workrow.Config[int64, job]) { c.Attempt = nil }},
 		{"OnComplete is nil", func(c *workrow.Config[int64, job]) { c.OnComplete = nil }},
 		{"BatchSize is 1001", func(c *workrow.Config[int64, job]) { c.BatchSize = 1001 }},
+		{"Concurrency is -1", func(c *workrow.Config[int64, job]) { c.Concurrency = -1 }},
+		{"Concurrency is 10001", func(c *workrow.Config[int64, job]) { c.Concurrency = 10001 }},
 		{"RenewEvery (1m0s) must be positive and below Lease (1m0s)", func(c *workrow.Config[int64, job]) { c.RenewEvery = time.Minute }},
 		{"MaxAttempts is 3 but OnPark is nil", func(c *workrow.Config[int64, job]) { c.MaxAttempts = 3 }},
 		{"Backoff: Steps is empty", func(c *workrow.Config[int64, job]) { c.Backoff = workrow.Steps{} }},

@@ -16,24 +16,24 @@
 //     tokens come from the environment only.
 //
 // Without an engine URL it delivers to a fake graph engine started in the
-// process (graph/graphtest). See README.md in this directory.
+// process (graph/graphtest). The service itself is package service; this
+// command wires it to PostgreSQL alone. See README.md in this directory.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-	"time"
+
+	"github.com/baton-go/baton/examples/profiles/service"
 )
 
 func main() {
-	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	cfg, err := service.ParseConfig(flag.NewFlagSet("profiles", flag.ContinueOnError), os.Args[1:], os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "profiles:", err)
 		os.Exit(2)
@@ -41,121 +41,8 @@ func main() {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg); err != nil {
+	if err := service.Run(ctx, cfg); err != nil {
 		cfg.Logger.Error("profiles stopped", "err", err)
 		os.Exit(1)
 	}
-}
-
-// Environment variables: the default of each flag (a flag given on the
-// command line wins), and the secrets, which have no flag: a command line
-// shows in every process listing.
-const (
-	envListen           = "PROFILES_LISTEN"
-	envDatabaseURL      = "DATABASE_URL"
-	envEngineURL        = "GRAPH_ENGINE_URL"
-	envEngineToken      = "GRAPH_ENGINE_TOKEN"   // secret: no flag
-	envAdminToken       = "PROFILES_ADMIN_TOKEN" // secret: no flag
-	envAdvertise        = "PROFILES_ADVERTISE"
-	envPeers            = "PROFILES_PEERS"
-	envUsers            = "PROFILES_USERS" // secret: no flag
-	envInstanceID       = "PROFILES_INSTANCE_ID"
-	envMaintenanceEvery = "PROFILES_MAINTENANCE_EVERY"
-)
-
-const (
-	defaultListen           = "127.0.0.1:8080"
-	defaultDatabaseURL      = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	defaultMaintenanceEvery = 10 * time.Second
-	// defaultPeers suits copies on one machine, as the README starts them.
-	defaultPeers = "127.0.0.1,::1"
-)
-
-// parseConfig reads the flags, with defaults from the environment, and the
-// secrets from the environment alone.
-func parseConfig(args []string, getenv func(string) string) (config, error) {
-	or := func(key, def string) string {
-		if v := getenv(key); v != "" {
-			return v
-		}
-		return def
-	}
-	every := defaultMaintenanceEvery
-	if v := getenv(envMaintenanceEvery); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return config{}, fmt.Errorf("%s=%q is not a duration such as 10s", envMaintenanceEvery, v)
-		}
-		every = d
-	}
-
-	var cfg config
-	fs := flag.NewFlagSet("profiles", flag.ContinueOnError)
-	var usage strings.Builder // the flag package's messages go into the error
-	fs.SetOutput(&usage)
-	fs.StringVar(&cfg.Listen, "listen", or(envListen, defaultListen),
-		"address to listen on; a wildcard host (\":8080\") advertises the first non-loopback IPv4 address [$"+envListen+"]")
-	// No default shown from the environment: help output would print a
-	// password the URL holds. Prefer the environment for a URL with one.
-	fs.StringVar(&cfg.DatabaseURL, "database-url", "",
-		"PostgreSQL URL; tables go to the connection's current schema (add search_path=... to choose it); "+
-			"default $"+envDatabaseURL+", else "+defaultDatabaseURL)
-	fs.StringVar(&cfg.EngineURL, "engine-url", getenv(envEngineURL),
-		"graph engine delivery URL; empty starts a fake engine inside this process [$"+envEngineURL+"]")
-	fs.StringVar(&cfg.Advertise, "advertise", getenv(envAdvertise),
-		"address other instances reach this one at, e.g. https://app-03.internal:8443; empty derives it from -listen [$"+envAdvertise+"]")
-	var peers string
-	fs.StringVar(&peers, "peers", or(envPeers, defaultPeers),
-		"comma-separated IP addresses, CIDR prefixes or host names of the other instances: the only addresses "+
-			"/maintenance is forwarded to (loopback must be named) [$"+envPeers+"]")
-	fs.StringVar(&cfg.InstanceID, "instance-id", getenv(envInstanceID),
-		"this instance's name in the lease table; empty is the host name plus a random suffix [$"+envInstanceID+"]")
-	fs.DurationVar(&cfg.MaintenanceEvery, "maintenance-every", every,
-		"pause between maintenance cycles [$"+envMaintenanceEvery+"]")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return config{}, fmt.Errorf("usage:\n%s\nsecrets come from the environment only: %s, %s, %s",
-				usage.String(), envAdminToken, envUsers, envEngineToken)
-		}
-		return config{}, err
-	}
-	if cfg.DatabaseURL == "" {
-		cfg.DatabaseURL = or(envDatabaseURL, defaultDatabaseURL)
-	}
-	cfg.EngineToken = getenv(envEngineToken)
-	cfg.AdminToken = getenv(envAdminToken)
-	users, err := parseUsers(getenv(envUsers))
-	if err != nil {
-		return config{}, fmt.Errorf("%s: %w", envUsers, err)
-	}
-	cfg.Users = users
-	for _, p := range strings.Split(peers, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			cfg.Peers = append(cfg.Peers, p)
-		}
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments %q; every setting is a flag", fs.Args())
-	}
-	return cfg, cfg.validate()
-}
-
-// parseUsers reads "name=token,name=token": the users the service knows and
-// the bearer token each one authenticates with.
-func parseUsers(v string) (map[string]string, error) {
-	users := map[string]string{}
-	for _, pair := range strings.Split(v, ",") {
-		if pair = strings.TrimSpace(pair); pair == "" {
-			continue
-		}
-		name, token, ok := strings.Cut(pair, "=")
-		if !ok || name == "" || token == "" {
-			return nil, fmt.Errorf("want name=token pairs separated by commas (the entry at position %d is not one)", len(users)+1)
-		}
-		if _, twice := users[name]; twice {
-			return nil, fmt.Errorf("user %q is listed twice", name)
-		}
-		users[name] = token
-	}
-	return users, nil
 }

@@ -2,7 +2,6 @@ package faults
 
 import (
 	"flag"
-	"os"
 	"testing"
 
 	"github.com/baton-go/baton/internal/testenv"
@@ -25,15 +24,9 @@ func TestMain(m *testing.M) {
 	testenv.Main(m)
 }
 
-// EnvFaults set to "later" skips the scenarios: .ci/run sets it for the
-// module-wide test run and runs this package on its own afterwards.
-const EnvFaults = "BATON_FAULTS"
-
 // scenario starts a fault scenario, unless it was deferred to a run of its
 // own.
 func scenario(t *testing.T) {
 	t.Helper()
-	if os.Getenv(EnvFaults) == "later" {
-		t.Skip("the fault suite runs on its own after the other packages (" + EnvFaults + "=later)")
-	}
+	Scenario(t)
 }

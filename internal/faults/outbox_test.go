@@ -2,14 +2,11 @@ package faults
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"slices"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,18 +35,16 @@ var outboxLanes = []string{"a", "b", "c"}
 // producerMain enqueues for -for: transactions of one to three entries, one
 // in ten rolled back, each reported once its outcome is known.
 func producerMain(args []string) int {
-	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
+	fs := newChildFlags("producer")
 	url := fs.String("url", "", "PostgreSQL URL, search_path set to the outbox's schema")
-	name := fs.String("name", "", "child name")
-	report := fs.String("report", "", "collector address")
 	seedFlag := fs.Uint64("seed", 1, "seed")
 	run := fs.Duration("for", 5*time.Second, "how long to produce")
 	outside := fs.Bool("outside", false, "negative control: also write a rolled-back transaction's entries in a transaction of their own")
-	if err := fs.Parse(args); err != nil {
+	rep, _, done, err := fs.start(args)
+	if err != nil {
 		return 2
 	}
-	rep := dialReporter(*report, *name)
-	defer rep.close()
+	defer done()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, *url)
 	if err != nil {
@@ -108,20 +103,16 @@ func producerMain(args []string) int {
 // with the token of the leader lock this process holds, before answering
 // Delivered. SIGTERM stops it.
 func driverMain(args []string) int {
-	fs := flag.NewFlagSet("driver", flag.ContinueOnError)
+	fs := newChildFlags("driver")
 	url := fs.String("url", "", "PostgreSQL URL, search_path set to the outbox's schema")
-	name := fs.String("name", "", "child name")
-	report := fs.String("report", "", "collector address")
 	locks := fs.String("locks", "pg", "leader lock provider: pg or redis")
 	redisAddr := fs.String("redis", "", "Redis address for -locks redis")
 	namespace := fs.String("namespace", "", "lock namespace or key prefix")
-	if err := fs.Parse(args); err != nil {
+	rep, ctx, done, err := fs.start(args)
+	if err != nil {
 		return 2
 	}
-	rep := dialReporter(*report, *name)
-	defer rep.close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+	defer done()
 	pool, err := pgxpool.New(context.Background(), *url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -3,12 +3,10 @@ package faults
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/signal"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +22,10 @@ const (
 	workTable  = "fault_rows"
 	workSchema = "faults_rows"
 	workRows   = 6000
-	workLease  = time.Second
+	// workRowsConcurrent is the table of the concurrent variant: its
+	// workers go faster, and the table must outlast the faults.
+	workRowsConcurrent = 12000
+	workLease          = time.Second
 )
 
 var workOrder = []workrow.Order{workrow.Asc("seq")}
@@ -50,21 +51,19 @@ func (s auditedRows) Finalize(ctx context.Context, lock workrow.LockID, f workro
 }
 
 // workerMain runs a work-row worker whose handler fails one call in twenty
-// and stalls one in fifty, until SIGTERM.
+// and stalls one in fifty, until SIGTERM; -concurrency runs that many
+// handlers at once.
 func workerMain(args []string) int {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs := newChildFlags("worker")
 	url := fs.String("url", "", "PostgreSQL URL, search_path set to the work table's schema")
-	name := fs.String("name", "", "child name")
-	report := fs.String("report", "", "collector address")
 	seedFlag := fs.Uint64("seed", 1, "seed")
 	direct := fs.Bool("direct", false, "negative control: the handler counts its completion itself, outside the finalize")
-	if err := fs.Parse(args); err != nil {
+	concurrency := fs.Int("concurrency", 1, "handlers at once")
+	rep, ctx, done, err := fs.start(args)
+	if err != nil {
 		return 2
 	}
-	rep := dialReporter(*report, *name)
-	defer rep.close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+	defer done()
 	pool, err := pgxpool.New(context.Background(), *url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -77,6 +76,12 @@ func workerMain(args []string) int {
 		return 1
 	}
 	rng := rand.New(rand.NewPCG(*seedFlag, 9))
+	var rngMu sync.Mutex // handlers run concurrently
+	draw := func() float64 {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return rng.Float64()
+	}
 	w, err := workrow.NewWorker(workrow.Config[int64, workRow]{
 		Store:    auditedRows{inner},
 		Eligible: workrowtest.Live,
@@ -94,13 +99,14 @@ func workerMain(args []string) int {
 			return []workrow.Set{workrow.Assign("last_error", err.Error())}
 		},
 		BatchSize:     20,
+		Concurrency:   *concurrency,
 		Lease:         workLease,
 		FlushInterval: 50 * time.Millisecond,
 		IdleDelay:     20 * time.Millisecond,
 		ErrorDelay:    100 * time.Millisecond,
 		StoreTimeout:  2 * time.Second,
 		Handler: func(hctx context.Context, c workrow.Claimed[int64, workRow]) workrow.Outcome {
-			switch r := rng.Float64(); {
+			switch r := draw(); {
 			case r < 0.05:
 				return workrow.Fail(errors.New("remote said 503"))
 			case r < 0.07:
@@ -126,6 +132,17 @@ func workerMain(args []string) int {
 // and terminated in turn. Every row is completed exactly once, and no
 // finalize under a lock id that no longer owned its row changed it.
 func TestWorkRows_WorkersKilledPausedAndTerminated(t *testing.T) {
+	workRowsFaults(t, 1, workRows)
+}
+
+// TestWorkRows_ConcurrentWorkersKilledPausedAndTerminated is the same with
+// 16 handlers per worker: a killed or paused worker holds many rows of
+// several batches at once, and the same invariants hold.
+func TestWorkRows_ConcurrentWorkersKilledPausedAndTerminated(t *testing.T) {
+	workRowsFaults(t, 16, workRowsConcurrent)
+}
+
+func workRowsFaults(t *testing.T, concurrency, total int) {
 	scenario(t)
 	pgsrv := testenv.StartPostgresServer(t)
 	ctx := context.Background()
@@ -151,7 +168,7 @@ func TestWorkRows_WorkersKilledPausedAndTerminated(t *testing.T) {
 	}
 	defer setup.Close()
 	for _, q := range []string{workrowtest.AuditedTableDDL(workTable), index,
-		fmt.Sprintf(`INSERT INTO %s (id, seq) SELECT g, g FROM generate_series(1, %d) AS g`, workTable, workRows), `ANALYZE ` + workTable} {
+		fmt.Sprintf(`INSERT INTO %s (id, seq) SELECT g, g FROM generate_series(1, %d) AS g`, workTable, total), `ANALYZE ` + workTable} {
 		if _, err := setup.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -164,7 +181,8 @@ func TestWorkRows_WorkersKilledPausedAndTerminated(t *testing.T) {
 	startWorker := func(i int) {
 		generation[i]++
 		name := fmt.Sprintf("w%d.%d", i, generation[i])
-		args := []string{"-url", url, "-name", name, "-report", col.addr(), "-seed", fmt.Sprint(*seed*10 + uint64(i*31+generation[i]))}
+		args := []string{"-url", url, "-name", name, "-report", col.addr(), "-seed", fmt.Sprint(*seed*10 + uint64(i*31+generation[i])),
+			"-concurrency", fmt.Sprint(concurrency)}
 		if *negative {
 			args = append(args, "-direct")
 		}
@@ -248,7 +266,7 @@ func TestWorkRows_WorkersKilledPausedAndTerminated(t *testing.T) {
 	if err := setup.QueryRow(ctx, `SELECT count(*) FROM `+workTable+` WHERE attempts > 1`).Scan(&retried); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("figure workrows %d rows drained in %v with %d faults; %d rows took more than one attempt",
-		workRows, took.Round(time.Millisecond), len(kinds), retried)
+	t.Logf("figure workrows %d rows drained by handlers of concurrency %d in %v with %d faults; %d rows took more than one attempt",
+		total, concurrency, took.Round(time.Millisecond), len(kinds), retried)
 	reportViolations(t, v)
 }

@@ -80,6 +80,42 @@ func StartChild(t testing.TB, name, role string, env []string, args ...string) *
 	return c
 }
 
+// StartSharedChild is StartChild for a child that every test of the binary
+// shares, such as a server: Main stops it (SIGTERM, then SIGKILL after a
+// grace period) once the tests are done, and it dies with the test binary.
+// Its output goes to a log file that Output reads.
+func StartSharedChild(name, role string, env []string, args ...string) (*Child, error) {
+	var c *Child
+	_, err := ownedServer(func() (running, error) {
+		bin, err := os.Executable()
+		if err != nil {
+			return running{}, err
+		}
+		dir, err := os.MkdirTemp("", "baton-child-")
+		if err != nil {
+			return running{}, err
+		}
+		logPath := filepath.Join(dir, name+".log")
+		cmd := exec.Command(bin, append([]string{"-test.run=^$", "--"}, args...)...)
+		cmd.Env = append(append(os.Environ(), EnvChild+"="+role), env...)
+		cmd.SysProcAttr = procAttr(nil, syscall.SIGKILL)
+		p, err := launchLogged(cmd, logPath, syscall.SIGTERM)
+		if err != nil {
+			os.RemoveAll(dir)
+			return running{}, err
+		}
+		c = &Child{Name: name, p: p, logPath: logPath}
+		return running{
+			srv:  server{addr: name, tier: "child", pid: p.pid(), dir: dir},
+			stop: func() error { return p.stopAndRemove(dir) },
+		}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("testenv: child %s: %w", name, err)
+	}
+	return c, nil
+}
+
 // Pid is the child's process id.
 func (c *Child) Pid() int { return c.p.pid() }
 

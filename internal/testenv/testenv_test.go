@@ -13,7 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) {
+	RunChild(childRoles)
+	Main(m)
+}
 
 func TestParseTiers(t *testing.T) {
 	for _, v := range []string{"", "auto", " auto "} {

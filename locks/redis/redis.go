@@ -1,22 +1,22 @@
-// Package redis is a lock.Provider on Redis, built on github.com/bsm/redislock
-// and go-redis v9.
+// Package redis is a lock.Provider on Redis, using go-redis v9.
 //
-// A lock is a key holding a random value with a TTL (redislock's
-// compare-and-set scripts). The shared keepalive of core/lock refreshes it
-// every TTL/3 and fails closed: the holder trusts the lock only until the
-// start of its last successful refresh plus TTL minus SafetyMargin, so a
-// Redis outage or a paused process ends in Lost closing rather than in two
-// holders. A refresh answered "not ours" (the key was deleted or expired and
-// taken) closes Lost at once.
+// A lock is a key holding a random value with a TTL. The shared keepalive
+// of core/lock refreshes it every TTL/3 and fails closed: the holder trusts
+// the lock only until the start of its last successful refresh plus TTL
+// minus SafetyMargin, so a Redis outage or a paused process ends in Lost
+// closing rather than in two holders. A refresh answered "not ours" (the
+// key was deleted or expired and taken) closes Lost at once.
 //
-// Fencing tokens come from a counter key incremented by a script that first
-// checks the lock key still holds this acquisition's value, so a token is
-// only ever issued to the current holder. A token is never below the
-// server's clock in microseconds, so tokens keep rising when the server
-// loses the counter: a restart without persistence, or a failover to a
-// replica that lagged. The script travels in the same pipeline as the
-// obtain, so an acquisition costs one round trip like a bare redislock
-// Obtain. Both keys share a hash tag, so the provider works on Redis
+// Three scripts of the provider's own do the work, each one round trip:
+// acquire sets the lock key only if it is absent and, in the same script,
+// draws the next fencing token from the counter key, so a token is only
+// ever issued with the lock and an acquisition costs one call; refresh
+// extends and release deletes the lock key only while it still holds this
+// acquisition's value. A token is never below the server's clock in
+// microseconds, so tokens keep rising when the server loses the counter: a
+// restart without persistence, or a failover to a replica that lagged. A
+// server that forgot the scripts (restarted, SCRIPT FLUSH) is sent their
+// source again. Both keys share a hash tag, so the provider works on Redis
 // Cluster; a lock name beginning with '}', which would empty that tag, is
 // refused.
 package redis
@@ -25,13 +25,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/bsm/redislock"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton/core/lock"
@@ -87,67 +85,46 @@ func (o *Options) validate() error {
 	return o.Backoff.Validate()
 }
 
-// fenceScript issues a token only if the lock key still holds this
-// acquisition's value, and answers 0 otherwise. The token is the counter
-// plus one, raised to the server's clock in microseconds when that is
-// larger, and becomes the counter: a server that lost the counter (a
-// restart without persistence, a failover to a replica that had not seen
-// the last increments) resumes above every token it issued before, as long
-// as its clock did not go back. Lua's numbers are doubles, exact below
-// 2^53, which the clock in microseconds reaches in the year 2255; %d writes
-// the counter back as an integer. redis.replicate_commands lets Redis
-// before 5 write after reading TIME; later versions always replicate a
-// script's effects.
-var fenceScript = goredis.NewScript(`
-if redis.call("get", KEYS[1]) ~= ARGV[1] then
+// acquireScript takes the lock key for this acquisition's value, if
+// absent, and then issues the next fencing token, in one atomic step. It
+// answers the token, or 0 when the lock is held. KEYS: lock, fence. ARGV:
+// value, TTL in milliseconds.
+//
+// The token is the counter plus one, raised to the server's clock in
+// microseconds when that is larger, and becomes the counter: a server that
+// lost the counter (a restart without persistence, a failover to a replica
+// that had not seen the last increments) resumes above every token it
+// issued before, as long as its clock did not go back. Lua's numbers are
+// doubles, exact below 2^53, which the clock in microseconds reaches in the
+// year 2255; %d writes the counter back as an integer.
+// redis.replicate_commands, first, lets Redis before 5 write after reading
+// TIME; later versions always replicate a script's effects.
+var acquireScript = goredis.NewScript(`
+redis.replicate_commands()
+if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
 	return 0
 end
-redis.replicate_commands()
 local t = redis.call("time")
 local n = math.max(tonumber(redis.call("get", KEYS[2]) or "0") + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
 redis.call("set", KEYS[2], string.format("%d", n))
 return n`)
 
-// fencingClient is the client redislock talks through during one
-// acquisition attempt. Until a token has been issued, it sends each script
-// call redislock makes (the obtain) in one pipeline together with
-// fenceScript, so obtaining the lock and drawing its token cost a single
-// round trip; the script's value check makes the pair safe even though a
-// pipeline is not atomic. Once the token is issued it passes calls through
-// (refreshes and the release).
-type fencingClient struct {
-	goredis.UniversalClient
-	keys  []string // lock key, fence key
-	value string   // this attempt's lock value
-	token uint64   // set by the call that obtained the lock
-}
+// refreshScript extends the lock key's TTL while it holds this
+// acquisition's value, answering 1, and 0 otherwise.
+// KEYS: lock. ARGV: value, TTL in milliseconds.
+var refreshScript = goredis.NewScript(`
+if redis.call("get", KEYS[1]) == ARGV[1] then
+	return redis.call("pexpire", KEYS[1], ARGV[2])
+end
+return 0`)
 
-func (f *fencingClient) Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
-	return f.withFence(ctx, func(c goredis.Scripter) *goredis.Cmd { return c.Eval(ctx, script, keys, args...) })
-}
-
-func (f *fencingClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *goredis.Cmd {
-	return f.withFence(ctx, func(c goredis.Scripter) *goredis.Cmd { return c.EvalSha(ctx, sha, keys, args...) })
-}
-
-func (f *fencingClient) withFence(ctx context.Context, call func(goredis.Scripter) *goredis.Cmd) *goredis.Cmd {
-	if f.token != 0 {
-		return call(f.UniversalClient)
-	}
-	pipe := f.Pipeline()
-	cmd := call(pipe)
-	fence := fenceScript.EvalSha(ctx, pipe, f.keys, f.value)
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	if goredis.HasErrorPrefix(fence.Err(), "NOSCRIPT") {
-		// The server does not know the script yet (first use, or after a
-		// restart): send it whole, once, outside the pipeline.
-		fence = fenceScript.Eval(ctx, f.UniversalClient, f.keys, f.value)
-	}
-	if tok, err := fence.Uint64(); err == nil {
-		f.token = tok
-	}
-	return cmd
-}
+// releaseScript deletes the lock key while it holds this acquisition's
+// value, answering 1, and 0 otherwise. KEYS: lock. ARGV: value.
+var releaseScript = goredis.NewScript(`
+if redis.call("get", KEYS[1]) == ARGV[1] then
+	return redis.call("del", KEYS[1])
+end
+return 0`)
 
 // Provider hands out Redis locks. Create it with New.
 type Provider struct {
@@ -178,7 +155,7 @@ func (p *Provider) FenceKey(name string) string { return p.opts.Prefix + "fence:
 // checkName refuses a name beginning with '}'. The keys wrap the name in a
 // hash tag, "lock:{name}", and Redis Cluster takes the tag to end at the
 // first '}': such a name leaves it empty, Cluster then hashes whole keys,
-// and the lock key and its fence key land in different slots (the fence
+// and the lock key and its fence key land in different slots (the acquire
 // script is refused, and Acquire would retry until its deadline). A brace
 // anywhere else is harmless: both keys get the same tag.
 func checkName(name string) error {
@@ -198,7 +175,9 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	l := &Lock{name: name}
+	l := &Lock{client: p.client, name: name, key: p.LockKey(name)}
+	keys := []string{l.key, p.FenceKey(name)}
+	ttl := p.opts.TTL.Milliseconds()
 	var started time.Time
 	err := lock.WaitFor(ctx, opts.Wait, p.opts.Backoff, func(ctx context.Context) (bool, <-chan struct{}, error) {
 		started = time.Now()
@@ -206,22 +185,14 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 		if err != nil {
 			return false, nil, err
 		}
-		fc := &fencingClient{UniversalClient: p.client, keys: []string{p.LockKey(name), p.FenceKey(name)}, value: value}
-		rl, err := redislock.New(fc).Obtain(ctx, p.LockKey(name), p.opts.TTL, &redislock.Options{Token: value})
+		token, err := acquireScript.Run(ctx, p.client, keys, value, ttl).Uint64()
 		if err != nil {
-			if errors.Is(err, redislock.ErrNotObtained) {
-				return false, nil, nil
-			}
-			return false, nil, mapErr(err)
+			return false, nil, err
 		}
-		if fc.token == 0 {
-			// Obtained, but the key changed hands before the fence ran (it
-			// expired at once, or was deleted): a hold without a token is
-			// useless, so give it back and keep waiting.
-			_ = rl.Release(context.WithoutCancel(ctx))
+		if token == 0 {
 			return false, nil, nil
 		}
-		l.rl, l.token = rl, fc.token
+		l.value, l.token = value, token
 		return true, nil, nil
 	})
 	if err != nil {
@@ -231,13 +202,20 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 		TTL:          p.opts.TTL,
 		SafetyMargin: p.opts.SafetyMargin,
 		Refresh: func(ctx context.Context) error {
-			return mapErr(l.rl.Refresh(ctx, p.opts.TTL, nil))
+			ok, err := refreshScript.Run(ctx, p.client, keys[:1], l.value, ttl).Bool()
+			switch {
+			case err != nil:
+				return err
+			case !ok:
+				return fmt.Errorf("%w: the lock key no longer holds this acquisition's value", lock.ErrNotHeld)
+			}
+			return nil
 		},
 		Logger: p.opts.Logger,
 		Name:   name,
 	}, started)
 	if err != nil {
-		_ = l.rl.Release(context.WithoutCancel(ctx))
+		_, _ = l.del(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return l, nil
@@ -252,25 +230,14 @@ func randomValue() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// mapErr translates redislock's errors to core's sentinels; it is the only
-// place this package does so.
-func mapErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, redislock.ErrNotObtained), errors.Is(err, redislock.ErrLockNotHeld):
-		return fmt.Errorf("%w: %w", lock.ErrNotHeld, err)
-	default:
-		return err
-	}
-}
-
 // Lock is a held Redis lock.
 type Lock struct {
-	name  string
-	token uint64
-	rl    *redislock.Lock
-	ka    *lock.Keepalive
+	client goredis.UniversalClient
+	name   string
+	key    string
+	value  string // this acquisition's value in the lock key
+	token  uint64
+	ka     *lock.Keepalive
 }
 
 var _ lock.Lock = (*Lock)(nil)
@@ -288,14 +255,22 @@ func (l *Lock) Lost() <-chan struct{} { return l.ka.Lost() }
 // monotonic clock.
 func (l *Lock) Trusted() bool { return l.ka.Trusted() }
 
+// del deletes the lock key if it still holds this acquisition's value and
+// reports whether it did.
+func (l *Lock) del(ctx context.Context) (bool, error) {
+	return releaseScript.Run(ctx, l.client, []string{l.key}, l.value).Bool()
+}
+
 // Release implements lock.Lock. It stops trusting the lock first, then
 // deletes the key only if it still holds this acquisition's value.
 func (l *Lock) Release(ctx context.Context) error {
 	trusted := l.ka.Stop()
-	err := mapErr(l.rl.Release(ctx))
+	deleted, err := l.del(ctx)
 	switch {
 	case err != nil:
 		return fmt.Errorf("release %q: %w", l.name, err)
+	case !deleted:
+		return fmt.Errorf("release %q: %w (the lock key no longer held this acquisition's value)", l.name, lock.ErrNotHeld)
 	case !trusted:
 		return fmt.Errorf("release %q: %w (its trust had run out before the release)", l.name, lock.ErrNotHeld)
 	}

@@ -1,0 +1,635 @@
+package pgsql
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/baton-go/baton/core/outbox"
+)
+
+// OutboxStoreOptions configure an OutboxStore, of either adapter. The zero
+// value uses the defaults.
+type OutboxStoreOptions struct {
+	// Schema holds the outbox tables. "" uses the connection's search_path;
+	// otherwise every statement names the tables in this schema.
+	Schema string
+	// Logger receives the store's diagnostics. nil discards them.
+	Logger *slog.Logger
+}
+
+// OutboxStore is the outbox.Store over baton_outbox, baton_outbox_state and
+// baton_outbox_dead.
+//
+// Every method is one statement, or one short transaction; none holds a
+// transaction across delivery. Scan reads only below the horizon (xids
+// older than the oldest transaction still running anywhere in the
+// database), so a long transaction pins the walk.
+type OutboxStore struct {
+	db     DB
+	a      Adapter
+	logger *slog.Logger
+	sql    OutboxStatements
+}
+
+var _ outbox.Store = (*OutboxStore)(nil)
+
+// NewOutboxStore returns an OutboxStore over db, or an error naming the
+// first invalid option. It sends nothing.
+func NewOutboxStore(db DB, a Adapter, c OutboxStoreOptions) (*OutboxStore, error) {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Schema != "" {
+		if err := ValidateSchemaName("OutboxStoreOptions.Schema", c.Schema); err != nil {
+			return nil, err
+		}
+	}
+	return &OutboxStore{db: db, a: a, logger: c.Logger, sql: newOutboxStatements(c.Schema)}, nil
+}
+
+// EnqueueSQL is Enqueue's statement over the tables found through the
+// search_path.
+var EnqueueSQL = outboxEnqueueSQL(quote(OutboxTable), quote(OutboxDeadTable))
+
+// Enqueue writes one outbox entry with the caller's q, normally its
+// transaction, using query (EnqueueSQL, or a store's EnqueueSQL): the
+// entry exists exactly when that transaction commits. Invalid input is
+// refused with an error wrapping outbox.ErrInvalidEntry before anything is
+// sent, so the transaction stays usable; an id that an entry or a dead
+// letter has, with one wrapping outbox.ErrIDInUse. A nil q is refused.
+func (a Adapter) Enqueue(ctx context.Context, q Querier, query string, id outbox.ID, lane string, payload []byte) error {
+	if err := outbox.ValidateEntry(id, lane, payload); err != nil {
+		return err
+	}
+	if q == nil {
+		return a.errorf("outbox enqueue: the transaction is nil; enqueue inside the transaction that makes the change")
+	}
+	n, err := q.Exec(ctx, query, [16]byte(id), lane, payload)
+	if err != nil {
+		return a.MapError(AreaOutbox, "enqueue", err)
+	}
+	if n == 0 {
+		return a.errorf("outbox enqueue %s: %w; use a fresh id (outbox.NewID)", id, outbox.ErrIDInUse)
+	}
+	return nil
+}
+
+// EnqueueSQL is Enqueue's statement over this store's tables.
+func (s *OutboxStore) EnqueueSQL() string { return s.sql.Enqueue }
+
+// OutboxStatements are an OutboxStore's statements over its (quoted)
+// tables; exported for the adapters' plan tests.
+type OutboxStatements struct {
+	Enqueue        string
+	Scan           string
+	LockCursor     string
+	Park           string
+	WriteState     string
+	State          string
+	ListDead       string
+	ListDeadBefore string
+	DeadExists     string
+	GetDead        string
+	LockDead       string
+	Requeue        string
+	DeleteDone     string
+	DeleteRequeued string
+	RebaseCount    string
+	RebaseMove     string
+}
+
+// Statements returns the store's statements.
+func (s *OutboxStore) Statements() OutboxStatements { return s.sql }
+
+const deadColumns = `id, xid, lane, error, parked_at, requeued_as, requeued_at`
+
+func newOutboxStatements(schema string) OutboxStatements {
+	t, st, d := qualified(schema, OutboxTable), qualified(schema, OutboxStateTable), qualified(schema, OutboxDeadTable)
+	return OutboxStatements{
+		Enqueue:        outboxEnqueueSQL(t, d),
+		Scan:           outboxScanSQL(t),
+		LockCursor:     outboxLockCursorSQL(st),
+		Park:           outboxParkSQL(t, d),
+		WriteState:     outboxWriteStateSQL(st),
+		State:          `SELECT key, value FROM ` + st + ` WHERE value IS NOT NULL`,
+		ListDead:       outboxListDeadSQL(d, false),
+		ListDeadBefore: outboxListDeadSQL(d, true),
+		DeadExists:     `SELECT EXISTS (SELECT 1 FROM ` + d + ` WHERE id = $1)`,
+		GetDead:        `SELECT ` + deadColumns + `, payload FROM ` + d + ` WHERE id = $1`,
+		LockDead: `SELECT dl.requeued_as, EXISTS (SELECT 1 FROM ` + d + ` AS used WHERE used.id = $2)
+FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
+		Requeue:        outboxRequeueSQL(t, d),
+		DeleteDone:     outboxDeleteDeliveredSQL(t),
+		DeleteRequeued: outboxDeleteRequeuedSQL(d),
+		RebaseCount:    outboxRebaseSQL(t, false),
+		RebaseMove:     outboxRebaseSQL(t, true),
+	}
+}
+
+// outboxEnqueueSQL inserts one entry into the quoted outbox table t.
+// Parameters: $1 id, $2 lane, $3 payload (JSON).
+func outboxEnqueueSQL(t, d string) string {
+	// Refused (no row) when a dead letter has the id: it could never be
+	// parked. The check is one probe of the dead letters' primary key.
+	return `INSERT INTO ` + t + ` (id, lane, payload)
+SELECT $1::uuid, $2::text, $3::jsonb
+WHERE NOT EXISTS (SELECT 1 FROM ` + d + ` WHERE id = $1::uuid)`
+}
+
+// outboxScanSQL is the walk's one bounded read. Parameters: $1 the cursor's
+// xid (xid8), $2 its id, $3 the limit.
+//
+// The row comparison and the ORDER BY both follow baton_outbox_walk
+// (xid, id), so the scan starts at the cursor and stops after $3 entries,
+// however many delivered entries lie behind the cursor. The horizon
+// pg_snapshot_xmin(pg_current_snapshot()) is the oldest xid still running
+// when the statement starts: every xid below it has committed or rolled
+// back, so nothing can appear later below it, and the entries of rolled
+// back transactions are not visible. The columns are selected under their
+// own names, so ORDER BY sorts the columns the index holds.
+func outboxScanSQL(t string) string {
+	return `SELECT xid, id, lane, payload, created_at FROM ` + t + `
+WHERE (xid, id) > ($1::xid8, $2::uuid)
+  AND xid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY xid, id
+LIMIT $3`
+}
+
+// outboxLockCursorSQL locks the two cursor keys of the quoted state table
+// st for the settling transaction and returns their latest committed
+// values. Parameters: $1 and $3 the keys, $2 and $4 the zero cursor's
+// values.
+//
+// An absent key is inserted with its zero value, so there is always a row
+// to lock, even for the first settlement of all: of two settlements from
+// the zero cursor at once, the second waits on the first's inserted row
+// and then reads what the first wrote. ON CONFLICT DO UPDATE locks an
+// existing row and returns its latest committed version (not the
+// statement's snapshot), which is what the compare-and-set must compare
+// with. Both rows are locked in one order, so concurrent settlements
+// cannot deadlock on them. A lost compare-and-set rolls back, and the
+// inserted zero values with it.
+func outboxLockCursorSQL(st string) string {
+	return `INSERT INTO ` + st + ` AS s (key, value) VALUES ($1, $2), ($3, $4)
+ON CONFLICT (key) DO UPDATE SET value = s.value
+RETURNING key, value`
+}
+
+// outboxParkSQL copies parked entries from the quoted outbox table t to
+// the dead letters d in one statement. Parameters: $1 ids (uuid[]), $2
+// reasons (text[]), $3/$4 the cursor the pass started from, $5/$6 the
+// cursor it settles at. Only entries between the two cursors are copied,
+// as the pass saw them; the caller compares the row count with the entries
+// it asked for.
+//
+// The entry stays in t, below the cursor like a delivered one, until
+// retention deletes it: its id is held by a committed row of t at every
+// moment until its dead letter is committed. An Enqueue of the same id
+// therefore meets the primary key of t (ErrIDInUse at once) or, later, the
+// dead letter, under any interleaving; had the park deleted the entry, an
+// Enqueue racing the uncommitted park would pass the dead-letter check,
+// wait on the primary key, and succeed when the park committed, leaving
+// the id in both tables.
+//
+// A dead letter that already has the id (possible only for rows written
+// around Enqueue, or by a version before parking copied) is replaced by
+// the newer entry rather than failing every settlement on the primary
+// key; the error says so.
+func outboxParkSQL(t, d string) string {
+	return `INSERT INTO ` + d + ` AS dl (id, xid, lane, payload, error)
+SELECT o.id, o.xid, o.lane, o.payload, p.error
+FROM unnest($1::uuid[], $2::text[]) AS p (id, error)
+JOIN ` + t + ` AS o ON o.id = p.id
+WHERE (o.xid, o.id) > ($3::xid8, $4::uuid)
+  AND (o.xid, o.id) <= ($5::xid8, $6::uuid)
+ON CONFLICT (id) DO UPDATE SET xid = excluded.xid, lane = excluded.lane, payload = excluded.payload,
+    error = excluded.error || ' (this replaced a dead letter with the same id, parked at ' || dl.parked_at::text || ')',
+    parked_at = now(), requeued_as = NULL, requeued_at = NULL`
+}
+
+// outboxWriteStateSQL upserts and removes state keys of the quoted state
+// table st in one statement. Parameters: $1 keys and $2 values to write
+// (text[]), $3 keys to remove (text[]); the two lists never share a key.
+// A value that did not change is not rewritten.
+func outboxWriteStateSQL(st string) string {
+	return `WITH removed AS (
+    DELETE FROM ` + st + ` WHERE key = ANY ($3::text[])
+)
+INSERT INTO ` + st + ` AS s (key, value)
+SELECT u.key, u.value FROM unnest($1::text[], $2::text[]) AS u (key, value)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value
+WHERE s.value IS DISTINCT FROM excluded.value`
+}
+
+// outboxListDeadSQL lists dead letters of the quoted table d without
+// payloads: newest parked first and, parked together (one settlement), by
+// id. Parameters: $1 the limit; with before, $2 the id of the last dead
+// letter of the previous page.
+//
+// Both follow baton_outbox_dead_parked (parked_at DESC, id) forwards. The
+// previous page's last parked_at comes from an uncorrelated subquery by the
+// primary key, evaluated once, so "parked_at <= it" bounds the index scan;
+// the rest of the condition only skips the dead letters parked together
+// with the previous page's last one and listed on it already.
+func outboxListDeadSQL(d string, before bool) string {
+	const columns = `id, xid, lane, error, parked_at, requeued_as, requeued_at`
+	if !before {
+		return `SELECT ` + columns + ` FROM ` + d + `
+ORDER BY parked_at DESC, id
+LIMIT $1`
+	}
+	return `SELECT ` + columns + ` FROM ` + d + `
+WHERE parked_at <= (SELECT b.parked_at FROM ` + d + ` AS b WHERE b.id = $2)
+  AND (parked_at < (SELECT b.parked_at FROM ` + d + ` AS b WHERE b.id = $2) OR id > $2)
+ORDER BY parked_at DESC, id
+LIMIT $1`
+}
+
+// outboxRequeueSQL inserts the dead letter $1 of the quoted table d as a
+// new entry $2 of the quoted outbox table t and records requeued_as, in one
+// statement. Its xid is the requeuing transaction's, so the new entry goes
+// after everything already enqueued.
+func outboxRequeueSQL(t, d string) string {
+	return `WITH requeued AS (
+    INSERT INTO ` + t + ` (id, lane, payload)
+    SELECT $2, dl.lane, dl.payload FROM ` + d + ` AS dl WHERE dl.id = $1
+    RETURNING id
+)
+UPDATE ` + d + ` AS dl SET requeued_as = r.id, requeued_at = now()
+FROM requeued AS r
+WHERE dl.id = $1`
+}
+
+// outboxDeleteDeliveredSQL deletes delivered entries of the quoted outbox
+// table t. Parameters: $1/$2 the cursor (nothing above it is touched), $3
+// the retention window (interval), $4 the limit.
+//
+// It looks at no more than the $4 oldest entries at or below the cursor,
+// in walk order along baton_outbox_walk, and deletes those among them
+// created more than the window ago. Filtering the whole range up to the
+// cursor instead would read every entry kept for the window on every sweep
+// that finds nothing old enough, which is the usual sweep. Creation order
+// follows walk order closely but not exactly (a transaction may start long
+// before its first write), so a sweep may delete fewer than it could; the
+// rest go in a later sweep. The rows are picked and deleted by their tuple
+// ids in one statement (same snapshot), so the delete itself is a TID scan.
+func outboxDeleteDeliveredSQL(t string) string {
+	return `DELETE FROM ` + t + `
+WHERE ctid = ANY (ARRAY(
+    SELECT head.ctid FROM (
+        SELECT ctid, created_at FROM ` + t + `
+        WHERE (xid, id) <= ($1::xid8, $2::uuid)
+        ORDER BY xid, id
+        LIMIT $4
+    ) AS head
+    WHERE head.created_at < now() - $3::interval))`
+}
+
+// outboxDeleteRequeuedSQL deletes dead letters of the quoted table d
+// requeued more than the window ago. Parameters: $1 the window (interval),
+// $2 the limit. The oldest go first, along the partial index
+// baton_outbox_dead_requeued, which holds requeued dead letters only: the
+// ones never requeued, kept for an operator, are not even read.
+func outboxDeleteRequeuedSQL(d string) string {
+	return `DELETE FROM ` + d + `
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ` + d + `
+    WHERE requeued_as IS NOT NULL AND requeued_at < now() - $1::interval
+    ORDER BY requeued_at
+    LIMIT $2))`
+}
+
+// Scan implements outbox.Store in one statement. Rows are decoded one at a
+// time as they arrive, and reading stops once the payloads taken fill the
+// byte budget (outbox.ScanHasRoom); the rows after that are discarded as
+// they are read, never held. Asking the server for the budget instead
+// would cost every scan a second conversion of each payload to text.
+func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) ([]outbox.Entry, error) {
+	if limit < 1 {
+		return nil, s.a.errorf("outbox scan: the limit is %d; it must be at least 1", limit)
+	}
+	rows, err := s.db.Query(ctx, s.sql.Scan, after.XID, [16]byte(after.ID), limit)
+	if err != nil {
+		return nil, s.a.MapError(AreaOutbox, "scan", err)
+	}
+	defer rows.Close()
+	var (
+		entries []outbox.Entry
+		taken   int
+	)
+	for outbox.ScanHasRoom(taken) && rows.Next() {
+		var (
+			e  outbox.Entry
+			id pgtype.UUID
+		)
+		// xid8 arrives as the full unsigned 64 bits (epoch and xid), so
+		// values above 2^63 arrive intact.
+		if err := rows.Scan(&e.XID, &id, &e.Lane, &e.Payload, &e.CreatedAt); err != nil {
+			return nil, s.a.MapError(AreaOutbox, "scan", err)
+		}
+		e.ID = outbox.ID(id.Bytes)
+		entries = append(entries, e)
+		taken += len(e.Payload)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, s.a.MapError(AreaOutbox, "scan", err)
+	}
+	return entries, nil
+}
+
+// Settle implements outbox.Store in one READ COMMITTED transaction: lock
+// and read the stored cursor; when it is st.From, copy st.Park to the dead
+// letters (outboxParkSQL says why they stay in the outbox below the
+// cursor) and write the state, then commit. When it is not, roll back and
+// return ErrCursorMoved; nothing was written.
+//
+// The cursor keys are always written from st.To; cursor keys in st.State
+// are ignored. Every entry of st.Park must still be in the outbox between
+// st.From (exclusive) and st.To (inclusive); otherwise nothing is written
+// and the error says how many were found.
+//
+// On pgx a settlement without parked entries takes two round trips: BEGIN
+// with the cursor lock, the state write with COMMIT. Parking adds one.
+func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
+	if err := outbox.ValidateSettlement(st); err != nil {
+		return s.a.errorf("outbox settle: %w", err)
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return s.a.MapError(AreaSettle, "begin", err)
+	}
+	defer rollback(ctx, tx)
+	return s.settle(ctx, tx, st, true)
+}
+
+// SettleIn runs a validated settlement in tx, everything but the commit,
+// leaving every lock it took held: the conformance suites' HoldSettle.
+func (s *OutboxStore) SettleIn(ctx context.Context, tx Tx, st outbox.Settlement) error {
+	return s.settle(ctx, tx, st, false)
+}
+
+func (s *OutboxStore) settle(ctx context.Context, tx Tx, st outbox.Settlement, commit bool) error {
+	// Read committed: each statement sees what committed before it
+	// started, so the cursor read under the lock is the latest.
+	cur, err := s.lockCursor(ctx, tx)
+	if err != nil {
+		return s.a.MapError(AreaSettle, "lock the cursor", err)
+	}
+	if cur != st.From {
+		s.logger.DebugContext(ctx, "baton: outbox settlement refused: the cursor moved",
+			"stored_xid", cur.XID, "stored_id", cur.ID, "from_xid", st.From.XID, "from_id", st.From.ID)
+		return s.a.errorf("outbox settle: the stored cursor is (%d, %s), the pass started from (%d, %s): %w",
+			cur.XID, cur.ID, st.From.XID, st.From.ID, outbox.ErrCursorMoved)
+	}
+	if len(st.Park) > 0 {
+		ids := make([][16]byte, len(st.Park))
+		reasons := make([]string, len(st.Park))
+		for i, p := range st.Park {
+			ids[i], reasons[i] = [16]byte(p.Entry.ID), p.Reason
+		}
+		n, err := tx.Exec(ctx, s.sql.Park, ids, reasons, st.From.XID, [16]byte(st.From.ID), st.To.XID, [16]byte(st.To.ID))
+		if err != nil {
+			return s.a.MapError(AreaSettle, "park", err)
+		}
+		if n != int64(len(ids)) {
+			return s.a.errorf("outbox settle: %d of the %d entries to park are in the outbox between the two cursors; a parked entry must be one the pass scanned, once; nothing was written",
+				n, len(ids))
+		}
+	}
+	keys, values, remove := settlementState(st)
+	if commit {
+		_, err = execCommit(ctx, tx, s.sql.WriteState, keys, values, remove)
+	} else {
+		_, err = tx.Exec(ctx, s.sql.WriteState, keys, values, remove)
+	}
+	if err != nil {
+		return s.a.MapError(AreaSettle, "write state", err)
+	}
+	return nil
+}
+
+// lockCursor locks the two cursor keys and reads the cursor they hold.
+func (s *OutboxStore) lockCursor(ctx context.Context, tx Tx) (outbox.Cursor, error) {
+	zeroXID, zeroID := outbox.CursorState(outbox.Cursor{})
+	rows, err := tx.Query(ctx, s.sql.LockCursor, outbox.KeyLastScannedXID, zeroXID, outbox.KeyLastScannedID, zeroID)
+	stored := make(map[string]string, 2)
+	err = each(rows, err, func(r Rows) error {
+		var (
+			key   string
+			value pgtype.Text // NULL reads as absent, as in State
+		)
+		if err := r.Scan(&key, &value); err != nil {
+			return err
+		}
+		if value.Valid {
+			stored[key] = value.String
+		}
+		return nil
+	})
+	if err != nil {
+		return outbox.Cursor{}, err
+	}
+	cur, err := outbox.CursorFromState(stored)
+	if err != nil {
+		return outbox.Cursor{}, fmt.Errorf("the stored cursor is unreadable: %w", err)
+	}
+	return cur, nil
+}
+
+// settlementState splits a settlement's state into the keys to upsert
+// (the cursor from s.To first) and the keys to remove.
+func settlementState(s outbox.Settlement) (keys, values, remove []string) {
+	xid, id := outbox.CursorState(s.To)
+	keys = append(make([]string, 0, len(s.State)+2), outbox.KeyLastScannedXID, outbox.KeyLastScannedID)
+	values = append(make([]string, 0, len(s.State)+2), xid, id)
+	remove = []string{}
+	for k, v := range s.State {
+		switch {
+		case k == outbox.KeyLastScannedXID || k == outbox.KeyLastScannedID:
+		case v == nil:
+			remove = append(remove, k)
+		default:
+			keys = append(keys, k)
+			values = append(values, *v)
+		}
+	}
+	return keys, values, remove
+}
+
+// State implements outbox.Store in one statement.
+func (s *OutboxStore) State(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.Query(ctx, s.sql.State)
+	state := map[string]string{}
+	err = each(rows, err, func(r Rows) error {
+		var key, value string
+		err := r.Scan(&key, &value)
+		state[key] = value
+		return err
+	})
+	if err != nil {
+		return nil, s.a.MapError(AreaOutbox, "state", err)
+	}
+	return state, nil
+}
+
+// NextXID implements outbox.Store in one statement.
+func (s *OutboxStore) NextXID(ctx context.Context) (uint64, error) {
+	var next string
+	if err := s.db.QueryRow(ctx, NextXIDSQL).Scan(&next); err != nil {
+		return 0, s.a.MapError(AreaOutbox, "read the transaction counter", err)
+	}
+	return strconv.ParseUint(next, 10, 64)
+}
+
+// ListDead implements outbox.Store in one statement. A page that comes back
+// empty after opts.Before takes a second one, to tell the end of the
+// listing from a Before that no longer exists (retention removed it between
+// the pages): the latter is an error wrapping outbox.ErrNotFound, rather
+// than an empty page that pretends the listing ended.
+func (s *OutboxStore) ListDead(ctx context.Context, opts outbox.ListOptions) ([]outbox.DeadLetter, error) {
+	limit := opts.Limit
+	switch {
+	case limit == 0:
+		limit = outbox.DefaultListLimit
+	case limit < 0 || limit > outbox.MaxListLimit:
+		return nil, s.a.errorf("outbox list dead letters: ListOptions.Limit is %d; it must be 0 (the default, %d) to %d",
+			opts.Limit, outbox.DefaultListLimit, outbox.MaxListLimit)
+	}
+	var (
+		rows Rows
+		err  error
+	)
+	if opts.Before.IsNil() {
+		rows, err = s.db.Query(ctx, s.sql.ListDead, limit)
+	} else {
+		rows, err = s.db.Query(ctx, s.sql.ListDeadBefore, limit, [16]byte(opts.Before))
+	}
+	dead, err := collect(rows, err, func(r Rows) (outbox.DeadLetter, error) { return scanDeadLetter(r, false) })
+	if err != nil {
+		return nil, s.a.MapError(AreaOutbox, "list dead letters", err)
+	}
+	if len(dead) == 0 && !opts.Before.IsNil() {
+		var exists bool
+		if err := s.db.QueryRow(ctx, s.sql.DeadExists, [16]byte(opts.Before)).Scan(&exists); err != nil {
+			return nil, s.a.MapError(AreaOutbox, "list dead letters", err)
+		}
+		if !exists {
+			return nil, s.a.errorf("outbox list dead letters: ListOptions.Before %s: %w", opts.Before, outbox.ErrNotFound)
+		}
+	}
+	return dead, nil
+}
+
+// scanDeadLetter decodes id, xid, lane, error, parked_at, requeued_as,
+// requeued_at and, with payload, the payload.
+func scanDeadLetter(row Row, payload bool) (outbox.DeadLetter, error) {
+	var (
+		d            outbox.DeadLetter
+		id, requeued pgtype.UUID
+		requeuedAt   pgtype.Timestamptz
+	)
+	dest := []any{&id, &d.XID, &d.Lane, &d.Error, &d.ParkedAt, &requeued, &requeuedAt}
+	if payload {
+		dest = append(dest, &d.Payload)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return outbox.DeadLetter{}, err
+	}
+	d.ID = outbox.ID(id.Bytes)
+	if requeued.Valid {
+		d.RequeuedAs = outbox.ID(requeued.Bytes)
+	}
+	if requeuedAt.Valid {
+		d.RequeuedAt = requeuedAt.Time
+	}
+	return d, nil
+}
+
+// GetDead implements outbox.Store in one statement.
+func (s *OutboxStore) GetDead(ctx context.Context, id outbox.ID) (outbox.DeadLetter, error) {
+	d, err := scanDeadLetter(s.db.QueryRow(ctx, s.sql.GetDead, [16]byte(id)), true)
+	if err != nil {
+		return outbox.DeadLetter{}, s.a.MapError(AreaOutbox, "get dead letter "+id.String(), err)
+	}
+	return d, nil
+}
+
+// Requeue implements outbox.Store in one READ COMMITTED transaction: lock
+// the dead letter, check it was not requeued before and newID is no dead
+// letter's id, then insert the new entry and record requeued_as in one
+// statement (an entry already under newID fails it). The new entry's xid
+// is this transaction's, taken when the dead letter is locked, so it goes
+// after everything enqueued before.
+func (s *OutboxStore) Requeue(ctx context.Context, id, newID outbox.ID) error {
+	op := "requeue " + id.String()
+	if newID.IsNil() {
+		return s.a.errorf("outbox %s: %w: the new id is the nil UUID; use outbox.NewID()", op, outbox.ErrInvalidEntry)
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return s.a.MapError(AreaOutbox, op+": begin", err)
+	}
+	defer rollback(ctx, tx)
+	var (
+		requeued pgtype.UUID
+		deadID   bool
+	)
+	if err := tx.QueryRow(ctx, s.sql.LockDead, [16]byte(id), [16]byte(newID)).Scan(&requeued, &deadID); err != nil {
+		return s.a.MapError(AreaOutbox, op, err)
+	}
+	if requeued.Valid {
+		return s.a.errorf("outbox %s: requeued before as %s: %w", op, outbox.ID(requeued.Bytes), outbox.ErrAlreadyRequeued)
+	}
+	if deadID {
+		// The outbox's primary key cannot see it once retention deleted the
+		// parked entry. An entry under a dead letter's id would be taken
+		// for a repeat of it.
+		return s.a.errorf("outbox %s: the new id %s is a dead letter's id; use a fresh outbox.NewID()", op, newID)
+	}
+	n, err := execCommit(ctx, tx, s.sql.Requeue, [16]byte(id), [16]byte(newID))
+	if err != nil {
+		return s.a.MapError(AreaOutbox, op, err)
+	}
+	if n != 1 { // cannot happen: the row is locked
+		return s.a.errorf("outbox %s: the locked dead letter was not updated", op)
+	}
+	return nil
+}
+
+// DeleteDelivered implements outbox.Store in one statement; see
+// outboxDeleteDeliveredSQL for which entries one call looks at.
+func (s *OutboxStore) DeleteDelivered(ctx context.Context, upTo outbox.Cursor, window time.Duration, limit int) (int, error) {
+	if err := s.checkRetention("delete delivered entries", window, limit); err != nil {
+		return 0, err
+	}
+	n, err := s.db.Exec(ctx, s.sql.DeleteDone, upTo.XID, [16]byte(upTo.ID), window, limit)
+	if err != nil {
+		return 0, s.a.MapError(AreaOutbox, "delete delivered entries", err)
+	}
+	return int(n), nil
+}
+
+// DeleteRequeued implements outbox.Store in one statement.
+func (s *OutboxStore) DeleteRequeued(ctx context.Context, window time.Duration, limit int) (int, error) {
+	if err := s.checkRetention("delete requeued dead letters", window, limit); err != nil {
+		return 0, err
+	}
+	n, err := s.db.Exec(ctx, s.sql.DeleteRequeued, window, limit)
+	if err != nil {
+		return 0, s.a.MapError(AreaOutbox, "delete requeued dead letters", err)
+	}
+	return int(n), nil
+}
+
+func (s *OutboxStore) checkRetention(op string, window time.Duration, limit int) error {
+	if err := outbox.CheckRetention(window, limit); err != nil {
+		return s.a.errorf("outbox %s: %w", op, err)
+	}
+	return nil
+}

@@ -1,0 +1,234 @@
+package benchkit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/core/outbox"
+	lockmem "github.com/baton-go/baton/locks/memory"
+)
+
+// Payload is the payload of every entry and message of every system: a
+// realistic event of about 200 bytes of JSON.
+var Payload = []byte(`{"resourceType": "profile", "resourceId": "0190f3c2-7a6b-7c3d-9e8f-123456789abc", "relations": [{"relation": "parent", "subjectType": "user", "subjectId": "0190f3c2-7a6b-7c3d-9e8f-cba987654321"}]}`)
+
+// Lanes are the outbox lanes the loaded entries are spread over.
+var Lanes = []string{"bench.0", "bench.1", "bench.2"}
+
+// Outbox is baton's outbox in the run's schema, loaded for the relay cells.
+type Outbox struct {
+	Pool  *pgxpool.Pool
+	Store *postgres.OutboxStore
+}
+
+// NewOutbox migrates baton's tables into pool's schema and returns the
+// store over them.
+func NewOutbox(ctx context.Context, pool *pgxpool.Pool) (*Outbox, error) {
+	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{}); err != nil {
+		return nil, err
+	}
+	st, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &Outbox{Pool: pool, Store: st}, nil
+}
+
+// Load inserts n committed entries, spread over the xids below the
+// current horizon and over Lanes, then vacuums and analyzes the table, so
+// that every walk reads a settled table (hint bits set, statistics
+// current). One statement per 100 000 entries: loading is not measured.
+func (o *Outbox) Load(ctx context.Context, n int) error {
+	var horizon uint64
+	if err := o.Pool.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").Scan(&horizon); err != nil {
+		return err
+	}
+	if horizon < 8 {
+		return fmt.Errorf("benchkit: the horizon is %d; the load needs a few xids below it", horizon)
+	}
+	const chunk = 100_000
+	for start := 0; start < n; start += chunk {
+		count := min(chunk, n-start)
+		_, err := o.Pool.Exec(ctx, `INSERT INTO baton_outbox (xid, id, lane, payload, created_at)
+SELECT (1 + (($3::bigint + g - 1) * ($1::bigint - 1)) / $4::bigint)::text::xid8,
+       gen_random_uuid(), 'bench.' || (g % 3), $2::jsonb, now() - interval '1 hour'
+FROM generate_series(1, $5::bigint) AS g`, int64(horizon), Payload, int64(start), int64(n), int64(count))
+		if err != nil {
+			return fmt.Errorf("benchkit: load the outbox: %w", err)
+		}
+	}
+	_, err := o.Pool.Exec(ctx, "VACUUM (ANALYZE) baton_outbox")
+	return err
+}
+
+// ResetCursor removes the stored cursor, so the next walk starts over.
+func (o *Outbox) ResetCursor(ctx context.Context) error {
+	_, err := o.Pool.Exec(ctx, "DELETE FROM baton_outbox_state WHERE key = ANY ($1)",
+		[]string{outbox.KeyLastScannedXID, outbox.KeyLastScannedID, bareCursorKey})
+	return err
+}
+
+const bareCursorKey = "bench_bare_cursor"
+
+// DriverWalk is baton's relay: the real outbox.Driver with a no-op
+// processor per lane, from the start of the table until n entries were
+// delivered or d passed.
+func (o *Outbox) DriverWalk(batch, n int, d time.Duration) System {
+	return System{
+		Name:    "baton driver",
+		Prepare: o.ResetCursor,
+		Run: func(ctx context.Context) (Sample, error) {
+			locks, err := lockmem.New(lockmem.Options{})
+			if err != nil {
+				return Sample{}, err
+			}
+			c := NewCounter(int64(n))
+			var procs []outbox.Processor
+			for _, lane := range Lanes {
+				procs = append(procs, outbox.ProcessorFunc{LaneName: lane, Func: func(_ context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
+					out := make([]outbox.Outcome, len(run))
+					for i := range out {
+						out[i] = outbox.Delivered()
+					}
+					c.Add(int64(len(run)))
+					return out, nil
+				}})
+			}
+			drv, err := outbox.New(outbox.Config{
+				Store: o.Store, Locks: locks, BatchSize: batch, RetentionDisabled: true, Processors: procs,
+				Notify: func(context.Context, outbox.Notice) error { return nil },
+			})
+			if err != nil {
+				return Sample{}, err
+			}
+			dctx, cancel := context.WithCancel(ctx)
+			stopped := make(chan struct{})
+			start := time.Now()
+			go func() { defer close(stopped); drv.Run(dctx) }()
+			s, err := c.Await(ctx, start, d)
+			cancel()
+			<-stopped
+			return s, err
+		},
+	}
+}
+
+// BareWalk is the physical limit of a relay on this table: the driver's
+// own keyset read (OutboxStore.Scan) and one upsert of the cursor per
+// batch, nothing else, until n entries or d.
+func (o *Outbox) BareWalk(batch, n int, d time.Duration) System {
+	const upsert = `INSERT INTO baton_outbox_state (key, value) VALUES ($1, $2)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+	return System{
+		Name:    "bare keyset walk",
+		Prepare: o.ResetCursor,
+		Run: func(ctx context.Context) (Sample, error) {
+			start := time.Now()
+			var cur outbox.Cursor
+			var walked int64
+			for walked < int64(n) && time.Since(start) < d {
+				es, err := o.Store.Scan(ctx, cur, batch)
+				if err != nil {
+					return Sample{}, err
+				}
+				if len(es) == 0 {
+					break
+				}
+				cur = es[len(es)-1].Cursor()
+				xid, id := outbox.CursorState(cur)
+				if _, err := o.Pool.Exec(ctx, upsert, bareCursorKey, xid+"/"+id); err != nil {
+					return Sample{}, err
+				}
+				walked += int64(len(es))
+			}
+			return Sample{Ops: walked, Elapsed: time.Since(start)}, nil
+		},
+	}
+}
+
+// Producers is the enqueue side: business rows and a plain table of the
+// outbox's shape beside baton's outbox, in the run's schema.
+type Producers struct {
+	Pool *pgxpool.Pool
+}
+
+// NewProducers creates the business table (bench_profiles), the plain
+// table (bench_plain: the outbox's columns, without its xid and walk
+// index) and the plain table with them (bench_plain_walk: the outbox's
+// shape, without the dead-letter check). The outbox itself comes from
+// NewOutbox on the same schema.
+func NewProducers(ctx context.Context, pool *pgxpool.Pool) (*Producers, error) {
+	_, err := pool.Exec(ctx, `
+CREATE TABLE IF NOT EXISTS bench_profiles (id uuid PRIMARY KEY, name text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS bench_plain (id uuid PRIMARY KEY, lane text NOT NULL, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS bench_plain_walk (xid xid8 NOT NULL DEFAULT pg_current_xact_id(), id uuid PRIMARY KEY, lane text NOT NULL, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS bench_plain_walk_walk ON bench_plain_walk (xid, id)`)
+	if err != nil {
+		return nil, err
+	}
+	return &Producers{Pool: pool}, nil
+}
+
+// Tx is one producer transaction: BEGIN, the business row, then write
+// (the outbox entry or its stand-in) in the same transaction, COMMIT.
+func (p *Producers) Tx(ctx context.Context, write func(ctx context.Context, tx pgx.Tx) error) error {
+	tx, err := p.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `INSERT INTO bench_profiles (id, name) VALUES ($1, $2)`, [16]byte(outbox.NewID()), "profile name"); err != nil {
+		return err
+	}
+	if err := write(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// Enqueue is baton's producer: the business row and postgres.Enqueue in
+// one transaction, from producers goroutines for d.
+func (p *Producers) Enqueue(producers int, d time.Duration) System {
+	return System{Name: "baton Enqueue", Run: func(ctx context.Context) (Sample, error) {
+		return Loop(ctx, producers, d, func(ctx context.Context) error {
+			return p.Tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				return postgres.Enqueue(ctx, tx, outbox.NewID(), Lanes[0], Payload)
+			})
+		})
+	}}
+}
+
+// PlainInsert is the same transaction with a plain INSERT of the same
+// values instead of the enqueue.
+func (p *Producers) PlainInsert(producers int, d time.Duration) System {
+	return System{Name: "plain INSERT", Run: func(ctx context.Context) (Sample, error) {
+		return Loop(ctx, producers, d, func(ctx context.Context) error {
+			return p.Tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO bench_plain (id, lane, payload) VALUES ($1, $2, $3)`,
+					[16]byte(outbox.NewID()), Lanes[0], Payload)
+				return err
+			})
+		})
+	}}
+}
+
+// PlainWithWalkIndex is the same transaction inserting into a table of the
+// outbox's very shape, its xid column and (xid, id) index included, with a
+// plain INSERT: what is left between it and Enqueue is the dead-letter
+// check; between it and PlainInsert, the xid and the second index.
+func (p *Producers) PlainWithWalkIndex(producers int, d time.Duration) System {
+	return System{Name: "plain INSERT, outbox's indexes", Run: func(ctx context.Context) (Sample, error) {
+		return Loop(ctx, producers, d, func(ctx context.Context) error {
+			return p.Tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO bench_plain_walk (id, lane, payload) VALUES ($1, $2, $3)`,
+					[16]byte(outbox.NewID()), Lanes[0], Payload)
+				return err
+			})
+		})
+	}}
+}

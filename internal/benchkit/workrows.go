@@ -1,0 +1,135 @@
+package benchkit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/core/workrow"
+)
+
+// WorkTable is the queue table of the work-row cells.
+const WorkTable = "bench_rows"
+
+// workRow is a row of WorkTable as the handler sees it.
+type workRow struct {
+	ID       int64 `db:"id"`
+	Attempts int   `db:"attempts"`
+}
+
+var (
+	workLive  = workrow.IsNull("completed_at")
+	workOrder = []workrow.Order{workrow.Asc("seq")}
+)
+
+// WorkRows is a work table in the run's schema, refilled before each run.
+type WorkRows struct {
+	Pool  *pgxpool.Pool
+	store *countingRows
+}
+
+// countingRows counts the rows finalized as owned, so a run knows when
+// every row is done without polling the table.
+type countingRows struct {
+	*postgres.WorkRows[int64, workRow]
+	c *Counter
+}
+
+func (s *countingRows) FinalizeMany(ctx context.Context, lock workrow.LockID, finals []workrow.Final[int64]) ([]bool, error) {
+	owned, err := s.WorkRows.FinalizeMany(ctx, lock, finals)
+	var k int64
+	for _, ok := range owned {
+		if ok {
+			k++
+		}
+	}
+	if c := s.c; c != nil {
+		c.Add(k)
+	}
+	return owned, err
+}
+
+// NewWorkRows creates WorkTable (fillfactor 90, as the work-row guide
+// advises) with its claim index.
+func NewWorkRows(ctx context.Context, pool *pgxpool.Pool) (*WorkRows, error) {
+	ix, err := postgres.ClaimIndex{Table: WorkTable, Order: workOrder, Live: workLive}.DDL()
+	if err != nil {
+		return nil, err
+	}
+	_, err = pool.Exec(ctx, `CREATE TABLE `+WorkTable+` (
+    id           bigint PRIMARY KEY,
+    seq          bigint NOT NULL,
+    attempts     integer NOT NULL DEFAULT 0,
+    completed_at timestamptz,
+    lock_id      uuid,
+    locked_until timestamptz
+) WITH (fillfactor = 90);
+`+ix)
+	if err != nil {
+		return nil, err
+	}
+	st, err := postgres.NewWorkRows[int64](pool, postgres.WorkRowsOptions[workRow]{Table: WorkTable, Live: workLive, Order: workOrder})
+	if err != nil {
+		return nil, err
+	}
+	return &WorkRows{Pool: pool, store: &countingRows{WorkRows: st}}, nil
+}
+
+// Fill empties the table and inserts n fresh rows, then analyzes it.
+func (w *WorkRows) Fill(ctx context.Context, n int) error {
+	for _, q := range []string{`TRUNCATE ` + WorkTable,
+		fmt.Sprintf(`INSERT INTO %s (id, seq) SELECT g, g FROM generate_series(1, %d) AS g`, WorkTable, n),
+		`ANALYZE ` + WorkTable} {
+		if _, err := w.Pool.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BurnDown is baton's side of the work-row cells: one Worker whose Run
+// runs concurrency no-op handlers, claiming batch rows at a time, over a
+// table of n fresh rows, until every row is finalized or d after the
+// first finalize. The rate is the steady one (Counter.AwaitSteady), as for
+// the peer.
+func (w *WorkRows) BurnDown(concurrency, batch, n int, d time.Duration) System {
+	return System{
+		Name:    fmt.Sprintf("baton, batch %d", batch),
+		Prepare: func(ctx context.Context) error { return w.Fill(ctx, n) },
+		Run: func(ctx context.Context) (Sample, error) {
+			c := NewCounter(int64(n))
+			st := &countingRows{WorkRows: w.store.WorkRows, c: c}
+			wk, err := workrow.NewWorker(workrow.Config[int64, workRow]{
+				Store:    st,
+				Eligible: workLive,
+				Order:    workOrder,
+				OnClaim:  []workrow.Set{workrow.Add("attempts", 1)},
+				Attempt:  func(r workRow) int { return r.Attempts },
+				OnComplete: func(now time.Time) []workrow.Set {
+					return []workrow.Set{workrow.Assign("completed_at", now)}
+				},
+				Handler: func(context.Context, workrow.Claimed[int64, workRow]) workrow.Outcome {
+					return workrow.Complete()
+				},
+				BatchSize:   batch,
+				Concurrency: concurrency,
+				IdleDelay:   time.Millisecond,
+				ErrorDelay:  10 * time.Millisecond,
+			})
+			if err != nil {
+				return Sample{}, err
+			}
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			start := time.Now()
+			go func() { defer close(done); _ = wk.Run(rctx) }()
+			s, err := c.AwaitSteady(ctx, start, d)
+			stop()
+			<-done
+			return s, err
+		},
+	}
+}
