@@ -7,6 +7,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/baton-go/baton/conformance"
+	"github.com/baton-go/baton/internal/testenv"
 )
 
 func mustLeaseStore(t testing.TB, db bun.IDB, opts LeaseStoreOptions) *LeaseStore {
@@ -24,6 +25,10 @@ func TestLeaseStore_Conformance(t *testing.T) {
 		return conformance.LeaseHarness{
 			Store:  mustLeaseStore(t, db, LeaseStoreOptions{Channel: "releases " + env.Schema}),
 			Second: mustLeaseStore(t, openBun(t, env), LeaseStoreOptions{Channel: "releases " + env.Schema}),
+			Unmigrated: func(t *testing.T) conformance.LeaseHarness {
+				return conformance.LeaseHarness{Store: mustLeaseStore(t, openBun(t, testenv.Postgres(t)), LeaseStoreOptions{})}
+			},
+			SchemaMismatch: ErrSchemaMismatch,
 		}
 	}, conformance.LeaseFeatures{})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/testenv"
 )
 
 func mustOutboxStore(t testing.TB, db bun.IDB, opts OutboxStoreOptions) *OutboxStore {
@@ -52,6 +53,11 @@ func TestOutboxStore_Conformance(t *testing.T) {
 			Store:      st,
 			Producer:   bunOutboxProducer(db),
 			HoldSettle: holdSettle(st, db),
+			Unmigrated: func(t *testing.T) conformance.OutboxHarness {
+				bare := openBun(t, testenv.Postgres(t))
+				return conformance.OutboxHarness{Store: mustOutboxStore(t, bare, OutboxStoreOptions{}), Producer: bunOutboxProducer(bare)}
+			},
+			SchemaMismatch: ErrSchemaMismatch,
 		}
 	}, conformance.OutboxFeatures{})
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/baton-go/baton/conformance"
+	"github.com/baton-go/baton/internal/testenv"
 )
 
 func mustProjectionStore(t testing.TB, db bun.IDB, opts ProjectionStoreOptions) *ProjectionStore {
@@ -24,6 +25,10 @@ func TestProjectionStore_Conformance(t *testing.T) {
 		return conformance.ProjectionHarness{
 			Store:  mustProjectionStore(t, db, ProjectionStoreOptions{}),
 			Second: mustProjectionStore(t, openBun(t, env), ProjectionStoreOptions{}),
+			Unmigrated: func(t *testing.T) conformance.ProjectionHarness {
+				return conformance.ProjectionHarness{Store: mustProjectionStore(t, openBun(t, testenv.Postgres(t)), ProjectionStoreOptions{})}
+			},
+			SchemaMismatch: ErrSchemaMismatch,
 		}
 	}, conformance.ProjectionFeatures{})
 }

@@ -16,39 +16,13 @@ import (
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
-	"github.com/baton-go/baton/core/projection"
 	"github.com/baton-go/baton/core/workrow"
 	"github.com/baton-go/baton/internal/testenv"
 )
 
-func TestStores_WithoutTheTablesErrorWithErrSchemaMismatch(t *testing.T) {
-	env := testenv.Postgres(t)
-	db := openBun(t, env)
-	ctx := testContext(t)
-	_, err := mustLeaseStore(t, db, LeaseStoreOptions{}).Heartbeat(ctx, lease.HeartbeatRequest{Holder: "a", LeaseDuration: time.Second, Claims: []lease.Claim{{Role: "r"}}})
-	check := func(what string, err error) {
-		t.Helper()
-		if !errors.Is(err, ErrSchemaMismatch) {
-			t.Errorf("%s without the tables: %v; want ErrSchemaMismatch", what, err)
-		}
-	}
-	check("Heartbeat", err)
-	_, err = mustOutboxStore(t, db, OutboxStoreOptions{}).Scan(ctx, outbox.Cursor{}, 10)
-	check("Scan", err)
-	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		return Enqueue(ctx, tx, outbox.NewID(), "lane", []byte(`{}`))
-	})
-	check("Enqueue", err)
-	_, _, err = mustProjectionStore(t, db, ProjectionStoreOptions{}).Mask(ctx, projection.Subject{Type: "user", ID: "u"}, "doc", "d")
-	check("Mask", err)
-	_, err = suiteStore(t, db).Claim(ctx, workrow.ClaimSpec{LockID: workrow.NewLockID(), Now: time.Now(), LeaseUntil: time.Now().Add(time.Minute),
-		BatchSize: 1, Eligible: conformance.WorkRowsLive})
-	check("Claim", err)
-}
-
 // TestMapError_TurnsRefusalsIntoCoreSentinels: values the tables' checks
-// refuse become the area's invalid-input sentinel, a missing dead letter
-// outbox.ErrNotFound, and a cancelled context stays recognizable.
+// refuse become the area's invalid-input sentinel, and a missing dead
+// letter outbox.ErrNotFound.
 func TestMapError_TurnsRefusalsIntoCoreSentinels(t *testing.T) {
 	_, db := bunEnv(t)
 	ctx := testContext(t)
@@ -70,11 +44,6 @@ func TestMapError_TurnsRefusalsIntoCoreSentinels(t *testing.T) {
 	st := mustOutboxStore(t, db, OutboxStoreOptions{})
 	if _, err := st.GetDead(ctx, outbox.NewID()); !errors.Is(err, outbox.ErrNotFound) {
 		t.Errorf("GetDead of an unknown id: %v; want outbox.ErrNotFound", err)
-	}
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := st.Scan(cancelled, outbox.Cursor{}, 10); !errors.Is(err, context.Canceled) {
-		t.Errorf("Scan with a cancelled context: %v; want context.Canceled", err)
 	}
 }
 

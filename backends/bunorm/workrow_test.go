@@ -147,6 +147,10 @@ func TestWorkRows_Conformance(t *testing.T) {
 			ClaimIndexed: func(ctx context.Context) ([]int64, error) {
 				return claimIndexed(ctx, db)
 			},
+			Unmigrated: func(t *testing.T) conformance.WorkRowsHarness {
+				return conformance.WorkRowsHarness{Store: suiteStore(t, openBun(t, testenv.Postgres(t)))}
+			},
+			SchemaMismatch: ErrSchemaMismatch,
 		}
 	}, conformance.WorkRowsFeatures{})
 }

@@ -15,6 +15,11 @@
 // (taken at the first write) and visibility (below the oldest open
 // transaction).
 //
+// WorkRowStore keeps one work table of any row struct, its fields named as
+// database columns, and evaluates claims with core's SQL rules
+// (workrow.Cond.Eval); its ClaimIndex is what a partial claim index over
+// the live filter would hold.
+//
 // Every store is safe for concurrent use. Where a rule depends on time, the
 // store judges it by its own clock, which the options let a test replace.
 package memory

@@ -77,28 +77,82 @@ type Record struct {
 
 // Store is the adapter side of role leases: the lease table and its rules,
 // judged by the store's own clock. Implementations must be safe for
-// concurrent use; conformance.RunLeaseStore is the executable contract.
+// concurrent use, also from several processes when the store is shared.
+//
+// The rules a store keeps are numbered L1 to L22 on the methods below;
+// conformance.RunLeaseStore checks each one with a subtest of its own
+// (docs/adapters.md lists which). Besides the methods' own:
+//
+//   - L21 context: every method called with an ended context fails with an
+//     error that wraps ctx.Err(), however the adapter wraps its errors, and
+//     writes nothing.
+//   - L22 schema: a store over a database without its table fails every
+//     call with the adapter's schema-mismatch error, never with a bare
+//     driver error.
 type Store interface {
-	// Heartbeat handles all of an instance's claims in one round trip. For
-	// each claim, in this order of preference:
-	//   - renew: when the role's row has holder = req.Holder, token =
-	//     claim.Token (non-zero) and has not expired, extend it to
-	//     now + LeaseDuration and update the address;
-	//   - take: when the role has no row, or its lease has expired, make the
-	//     requester the holder with token = previous token + 1 (1 for a new
-	//     row), acquired now, expiring at now + LeaseDuration;
-	//   - otherwise leave it alone.
-	// It returns one Record per claim (any order), with Held set for the
-	// renewed and taken ones.
+	// Heartbeat handles all of an instance's claims in one round trip and
+	// returns one Record per claim (any order), with Held set for the
+	// claims it renewed or took.
+	//
+	//   - L1 take: a claim on a role with no row makes the requester the
+	//     holder of a new term: a token above 0, acquired and renewed now,
+	//     expiring at now + LeaseDuration, at req.Address; a second store
+	//     over the same data reads the same row.
+	//   - L2 takeover: a claim on a role whose lease has expired makes the
+	//     requester the holder of a new term, with a larger token.
+	//   - L3 refuse: while another holder's term is live, any claim on the
+	//     role, with any token, is refused; the record shows the current
+	//     holder and token, and the row does not change.
+	//   - L4 one winner: of concurrent claims on a free role, from any
+	//     stores over the same data, exactly one is granted: the check and
+	//     the write are one atomic step.
+	//   - L5 store clock: expiry is judged by the store's own clock, and
+	//     the records show its arithmetic (ExpiresAt = RenewedAt +
+	//     LeaseDuration); a take never happens before the previous term's
+	//     ExpiresAt.
+	//   - L6 renew: a claim with holder = req.Holder, the term's token and
+	//     a live lease extends the same term: same token and AcquiredAt,
+	//     RenewedAt now, ExpiresAt now + LeaseDuration, the new address.
+	//   - L7 token: a renewal needs the current token; a wrong token, token
+	//     0, or the right token from another holder renews nothing and
+	//     changes nothing.
+	//   - L8 lapsed: a term whose lease ran out is never renewed, even by
+	//     its holder with its token: that claim takes a new term with a
+	//     larger token.
+	//   - L9 deposed: once a successor holds the role, the deposed holder
+	//     can neither renew (any token) nor release, and the successor's
+	//     row does not change.
+	//   - L10 batch: each claim of one heartbeat is decided on its own
+	//     (renewed, taken or refused), whatever the others' outcomes.
+	//   - L19 role limit: roles of up to MaxRoleLength bytes (not
+	//     characters) are kept exactly; a longer one is an error wrapping
+	//     ErrInvalidRole, here and in Release and Read.
+	//   - L20 bad input: a request failing HeartbeatRequest.Validate is an
+	//     error (wrapping ErrInvalidRole for a role's fault) and writes
+	//     nothing, not even its valid claims.
 	Heartbeat(ctx context.Context, req HeartbeatRequest) ([]Record, error)
 
 	// Release ends holder's term on role if that term (token) is still
-	// current, making the role free at once while keeping its token (so the
-	// next term gets a larger one). It reports whether the term was current.
+	// current, and reports whether it was.
+	//
+	//   - L11 free at once: a released role can be taken by anyone at once,
+	//     although its lease had time left; the released term can be
+	//     neither released nor renewed again.
+	//   - L12 token kept: the row stays, with the released term's token, so
+	//     every later term gets a larger one.
+	//   - L13 lapsed: releasing a term whose lease ran out returns false,
+	//     changes nothing and is not announced, even if nobody took the
+	//     role since.
+	//
+	// A release with a token that is not current, or by another holder
+	// (L9), returns false and changes nothing.
 	Release(ctx context.Context, role, holder string, token uint64) (bool, error)
 
-	// Read returns the records of the given roles that have a row; roles
-	// never held are absent. Held is false in its answers.
+	// Read returns the records of the given roles.
+	//
+	//   - L18 read: only the roles that have a row are returned, each once,
+	//     as the last write left it, with Held false; nil or no known role
+	//     is an empty answer, not an error.
 	Read(ctx context.Context, roles []string) ([]Record, error)
 }
 
@@ -108,7 +162,18 @@ type Store interface {
 // whole life.
 type ReleaseWatcher interface {
 	// WatchReleases calls released(role) for each release, by any
-	// instance, until ctx ends. It returns ctx's error then, or another error
-	// if watching failed; the manager restarts it after a pause.
+	// instance, until ctx ends, in the order the releases happened. It
+	// returns ctx's error then, or another error if watching failed; the
+	// manager restarts it after a pause.
+	//
+	//   - L14 announce: every release that ends a term, made through any
+	//     store over the same data, is announced within a second.
+	//   - L15 nothing else: a release that released nothing is not
+	//     announced.
+	//   - L16 after: the announcement goes out only once the release has
+	//     taken effect, so a successor that takes the role the moment it
+	//     hears of it, from inside released, gets it.
+	//   - L17 end: when ctx ends, before or during the call, WatchReleases
+	//     returns an error wrapping ctx.Err().
 	WatchReleases(ctx context.Context, released func(role string)) error
 }

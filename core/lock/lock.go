@@ -4,7 +4,8 @@
 //
 // # Contract
 //
-// Provider.Acquire blocks until the lock is held, until AcquireOptions.Wait
+// The rules every provider keeps are numbered (K1, K2, ...) on the methods
+// of Provider and Lock. In short: Provider.Acquire blocks until the lock is held, until AcquireOptions.Wait
 // elapses (ErrNotAcquired), or until ctx ends (an error wrapping ctx.Err()).
 // A held Lock reports:
 //
@@ -79,37 +80,68 @@ var (
 
 // Provider hands out named, mutually exclusive locks.
 //
-// Implementations must be safe for concurrent use. The conformance package
-// (RunLockProvider) is the executable form of this contract.
+// Implementations must be safe for concurrent use. The rules a provider
+// keeps are numbered K1 to K13 on the methods below;
+// conformance.RunLockProvider checks each one with a subtest of its own
+// (docs/adapters.md lists which).
 type Provider interface {
 	// Acquire blocks until the named lock is held, opts.Wait elapses
-	// (ErrNotAcquired) or ctx ends (an error wrapping ctx.Err()). A name that
-	// fails ValidateName yields an error wrapping ErrInvalidName and touches
-	// nothing.
+	// (ErrNotAcquired) or ctx ends (an error wrapping ctx.Err()).
+	//
+	//   - K1 acquire: a free lock is held at once; the Lock has the name
+	//     it was acquired under, Lost open and Trusted true.
+	//   - K2 exclusion: at most one Lock of a name is held at any moment,
+	//     across every provider over the same store.
+	//   - K4 wait: while another holds the lock, Acquire returns
+	//     ErrNotAcquired once opts.Wait has elapsed, and not before.
+	//   - K5 try once: with opts.Wait 0 it tries once and returns at once.
+	//   - K6 context: when ctx ends while it waits, it returns at once an
+	//     error wrapping ctx.Err(), and leaves nothing behind that would
+	//     delay the next Acquire.
+	//   - K7 names: a name that fails ValidateName yields an error wrapping
+	//     ErrInvalidName and touches nothing.
+	//   - K8 options: options that fail AcquireOptions.Validate yield an
+	//     error wrapping ErrInvalidOptions.
 	Acquire(ctx context.Context, name string, opts AcquireOptions) (Lock, error)
 }
 
 // Lock is one acquisition of a named lock.
 type Lock interface {
-	// Name is the name the lock was acquired under.
+	// Name is the name the lock was acquired under (K1).
 	Name() string
-	// Token is the fencing token of this acquisition: strictly greater than
-	// every token issued before for the same name, or 0 when the provider
-	// cannot fence.
+	// Token is the fencing token of this acquisition.
+	//
+	//   - K3 tokens: strictly greater than every token issued before for
+	//     the same name, by any provider over the same store; or always 0
+	//     from a provider that cannot fence.
 	Token() uint64
-	// Lost is closed as soon as the lock can no longer be trusted, including
-	// after Release.
+	// Lost is closed as soon as the lock can no longer be trusted,
+	// including after Release.
+	//
+	//   - K11 loss: once the hold is taken away behind the holder's back
+	//     (the key deleted, the session's backend terminated), Lost closes
+	//     within the provider's loss-detection bound.
 	Lost() <-chan struct{}
 	// Trusted reports, without blocking and on the monotonic clock, whether
-	// the lock may be relied on at this moment. It is false once Lost is
-	// closed, and it is already false in the moment between a lock's trust
-	// running out and Lost closing: a process resumed after a pause longer
-	// than its TTL sees false at once, before any timer or goroutine of the
-	// lock has run. Check it right before each step done under the lock;
-	// the channel alone can be late.
+	// the lock may be relied on at this moment. It is already false in the
+	// moment between a lock's trust running out and Lost closing: a process
+	// resumed after a pause longer than its TTL sees false at once, before
+	// any timer or goroutine of the lock has run (Keepalive gives a TTL
+	// provider that; core/lock's own tests prove it). Check it right before
+	// each step done under the lock; the channel alone can be late.
+	//
+	//   - K13 trust: Trusted is false once Lost is closed, and after
+	//     Release, and stays false.
 	Trusted() bool
-	// Release gives the lock up. It returns ErrNotHeld if the lock had been
-	// lost or released already; a newer holder is never disturbed.
+	// Release gives the lock up.
+	//
+	//   - K9 handoff: after Release, a waiting Acquire gets the lock within
+	//     the provider's handoff bound.
+	//   - K10 released: Release closes Lost, and a second Release returns
+	//     ErrNotHeld.
+	//   - K12 stale release: Release of a lock that was lost returns
+	//     ErrNotHeld and never disturbs a newer holder: its hold and its
+	//     Lost stay as they are.
 	Release(ctx context.Context) error
 }
 

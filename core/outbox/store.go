@@ -136,61 +136,167 @@ func ScanBytes(entries []Entry) int {
 
 // Store is the adapter side of the outbox: the three tables and their
 // statements. Each method is one short statement or transaction; none is
-// held open across delivery. conformance.RunOutboxStore is the executable
-// contract.
+// held open across delivery.
+//
+// The rules a store keeps are numbered O1 to O36 on the methods below and
+// here; conformance.RunOutboxStore checks each one with a subtest of its
+// own (docs/adapters.md lists which).
+//
+// The adapter's Enqueue, which writes an entry in the caller's own
+// transaction (no method here: its transaction type is the adapter's), is
+// part of the contract:
+//
+//   - O9 invalid entry: an entry failing ValidateEntry is an error wrapping
+//     ErrInvalidEntry; it writes nothing and the transaction stays usable.
+//   - O10 size: a payload of MaxPayloadBytes is written; one byte more is
+//     refused the same way.
+//   - O11 duplicate: the id of an entry in the outbox, or of one already
+//     enqueued in the same transaction, is refused with ErrIDInUse.
+//   - O12 open transactions: the id another open transaction has enqueued
+//     is refused with ErrIDInUse, at once or once that transaction commits;
+//     the two are never both written.
+//   - O13 dead letter: the id of a dead letter is refused with ErrIDInUse,
+//     and the transaction can still commit its other entries.
+//   - O14 being parked: the id of an entry whose park is not yet committed
+//     is refused with ErrIDInUse, whether the Enqueue runs before the
+//     park's commit, waits for it, or runs after it.
+//   - O15 done: after Commit or Rollback, Enqueue and Commit fail.
+//
+// And every method:
+//
+//   - O34 arguments: a Scan or delete limit below 1, a negative retention
+//     window, and a ListDead limit below 0 or above MaxListLimit are errors.
+//   - O35 context: every method called with an ended context fails with an
+//     error that wraps ctx.Err(), and writes nothing.
+//   - O36 schema: a store over a database without its tables fails every
+//     call that uses them, Enqueue included (all but NextXID, which reads
+//     only the transaction counter), with the adapter's schema-mismatch
+//     error.
 type Store interface {
 	// Scan returns up to limit entries after the cursor, ordered by
 	// (xid, id), only from transactions below the horizon: older than the
-	// oldest transaction still in progress. Entries of a transaction that
-	// is still open, or rolled back, never appear; nor does anything a
-	// still-open older transaction might yet precede. It also stops after
-	// the entry that brings the payloads to MaxScanBytes or more.
+	// oldest transaction still in progress. An entry's xid is its
+	// transaction's, taken at its first write.
+	//
+	//   - O1 horizon: while a transaction that has written is open, nothing
+	//     a transaction that wrote after it committed appears; once it
+	//     ends, both appear, its own entries first.
+	//   - O2 one transaction: the entries of one transaction share its xid
+	//     and walk in id order, whatever order they were written in.
+	//   - O3 xid order: transactions walk in the order of their first
+	//     writes, not of their commits.
+	//   - O4 no write, no xid: a transaction that has begun and not written
+	//     holds nothing back, and its first write places it after whatever
+	//     committed meanwhile.
+	//   - O5 rollback: the entries of a rolled-back transaction never
+	//     appear.
+	//   - O6 no gaps: with several transactions open at once, committing
+	//     and rolling back concurrently, a walk that moves its cursor to the
+	//     last entry of each scan meets every committed entry exactly once.
+	//   - O7 cursor and limit: at most limit entries, each strictly after
+	//     the cursor, the cursor compared as an (xid, id) pair.
+	//   - O8 byte budget: it stops after the entry that brings the payloads
+	//     to MaxScanBytes or more (ScanHasRoom), whatever limit says.
 	Scan(ctx context.Context, after Cursor, limit int) ([]Entry, error)
 
 	// Settle applies a pass's outcome in one transaction: the cursor
-	// compare-and-set from s.From to s.To (ErrCursorMoved when the stored
-	// cursor is not s.From, and then nothing is written), copying s.Park
-	// to the dead letters, and upserting s.State. A parked entry stays in
-	// the outbox until retention deletes it with the delivered ones, so its
-	// id is never free between the entry and its dead letter (an Enqueue of
-	// it is refused with ErrIDInUse at every moment). A dead letter that
-	// already has the id of an entry being parked (only rows written around
-	// Enqueue can cause one) is replaced by it: a settlement never fails on
-	// a conflict it can foresee. A settlement failing ValidateSettlement
-	// writes nothing.
+	// compare-and-set from s.From to s.To, copying s.Park to the dead
+	// letters, and upserting s.State.
+	//
+	//   - O16 compare-and-set: it applies only if the stored cursor equals
+	//     s.From, compared whole, xid and id (two entries of one
+	//     transaction share an xid); otherwise it returns ErrCursorMoved
+	//     and writes nothing.
+	//   - O17 stale: a settlement from any cursor but the stored one,
+	//     behind it or ahead of it, loses with ErrCursorMoved.
+	//   - O18 forward: s.To before s.From is an error (ValidateSettlement)
+	//     and writes nothing; s.To equal to s.From is a pass that made no
+	//     progress, and applies.
+	//   - O19 one winner: of concurrent settlements from one cursor, the
+	//     absent state included, exactly one wins: the compare and the
+	//     write are one atomic step.
+	//   - O20 park: each parked entry is copied to the dead letters, with
+	//     its xid, lane and payload, the reason, ParkedAt and no
+	//     RequeuedAs. It stays in the outbox below the cursor until
+	//     retention deletes it with the delivered ones, so its id is never
+	//     free between the entry and its dead letter (O14).
+	//   - O21 unknown: parking an entry the outbox does not hold between
+	//     s.From and s.To (never there, or parked before) is an error other
+	//     than ErrCursorMoved, and writes nothing.
+	//   - O22 state: s.State's values are upserted, a nil removes its key,
+	//     an empty string is a value; the cursor keys are written from s.To.
+	//   - O23 unstorable text: a reason, state key or state value that is
+	//     not valid UTF-8 or holds a NUL byte is refused with
+	//     ErrInvalidSettlement (ValidateSettlement) and nothing is written.
+	//   - O24 exact text: every storable reason and state value, up to
+	//     MaxReasonLength bytes, is kept byte for byte.
+	//
+	// A dead letter that already has the id of an entry being parked (only
+	// rows written around Enqueue can cause one, so the suite cannot make
+	// one) is replaced by it: a settlement never fails on a conflict it can
+	// foresee.
 	Settle(ctx context.Context, s Settlement) error
 
-	// State returns every state key that has a value.
+	// State returns every state key that has a value, in a map of the
+	// caller's own (O22).
 	State(ctx context.Context) (map[string]string, error)
 
 	// NextXID returns the transaction counter: the xid the next
-	// transaction to write will get, above the xid of every entry
-	// committed so far (PostgreSQL: pg_snapshot_xmax of the current
-	// snapshot). A stored cursor at or above it cannot come from this
-	// database: it was restored logically from another cluster, and the
-	// driver refuses to walk (ErrCursorAhead).
+	// transaction to write will get (PostgreSQL: pg_snapshot_xmax of the
+	// current snapshot). A stored cursor at or above it cannot come from
+	// this database: it was restored logically from another cluster, and
+	// the driver refuses to walk (ErrCursorAhead).
+	//
+	//   - O25 counter: it is above the xid of every entry committed before
+	//     it was read, and never goes back.
 	NextXID(ctx context.Context) (uint64, error)
 
-	// ListDead lists dead letters without payloads, newest parked first.
+	// ListDead lists dead letters without payloads.
+	//
+	//   - O26 listing: newest parked first and, parked at the same time, by
+	//     id ascending; at most Limit (DefaultListLimit for 0); Before
+	//     continues after the dead letter it names; no payloads.
 	ListDead(ctx context.Context, opts ListOptions) ([]DeadLetter, error)
-	// GetDead returns one dead letter with its payload, or ErrNotFound.
+	// GetDead returns one dead letter with its payload.
+	//
+	//   - O27 unknown: GetDead, and Requeue, of an id that is no dead
+	//     letter (an entry still in the outbox included) return an error
+	//     wrapping ErrNotFound.
 	GetDead(ctx context.Context, id ID) (DeadLetter, error)
 	// Requeue, in one transaction, inserts the dead letter's lane and
-	// payload as a new entry with id newID (so it goes to the end of the
-	// order) and records requeued_as. ErrNotFound or ErrAlreadyRequeued
-	// leave everything unchanged.
+	// payload as a new entry with id newID and records the requeue on the
+	// dead letter.
+	//
+	//   - O28 requeue: the new entry goes to the end of the order, after
+	//     everything committed before; the dead letter gets RequeuedAs
+	//     newID and RequeuedAt the requeue time.
+	//   - O29 once: a second Requeue of the same dead letter returns
+	//     ErrAlreadyRequeued and leaves the first's RequeuedAs.
+	//   - O30 new id: a newID that is the nil id, or the id of an entry, of
+	//     the dead letter itself or of another dead letter, is refused and
+	//     uses nothing up (a requeued entry that reused a dead letter's id
+	//     could never be parked again).
 	Requeue(ctx context.Context, id, newID ID) error
 
 	// DeleteDelivered deletes at most limit entries at or below upTo that
-	// were created more than window ago (by the store's clock), returning
-	// how many it deleted. It never touches an entry above upTo. It may
-	// delete fewer than limit even when more are eligible (an adapter may
-	// look only at the oldest limit entries); the next sweep takes the rest.
+	// were created more than window ago, returning how many it deleted. It
+	// may delete fewer than limit even when more are eligible (an adapter
+	// may look only at the oldest limit entries); the next sweep takes the
+	// rest.
+	//
+	//   - O31 bounds: it never deletes more than limit, nor an entry above
+	//     upTo, and leaves no trace of the deleted ones.
+	//   - O32 window: it deletes only entries created more than window ago,
+	//     by the store's clock.
 	DeleteDelivered(ctx context.Context, upTo Cursor, window time.Duration, limit int) (int, error)
-	// DeleteRequeued deletes at most limit dead letters that were requeued
-	// more than window ago (by their requeue time, so the record of a
-	// replay stays for the whole window), returning how many. Dead letters
-	// never requeued are kept until an operator acts.
+	// DeleteRequeued deletes at most limit dead letters, returning how
+	// many.
+	//
+	//   - O33 replayed only: it deletes only dead letters requeued more than
+	//     window ago, by their requeue time (the record of a replay stays
+	//     for the whole window); a dead letter never requeued is kept until
+	//     an operator acts, and the entries requeued ones became are
+	//     untouched.
 	DeleteRequeued(ctx context.Context, window time.Duration, limit int) (int, error)
 }
 

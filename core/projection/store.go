@@ -178,47 +178,99 @@ type GenerationInfo struct {
 // before the commit. There is no state in which a half-written generation
 // can outlive a failed or abandoned Replace, so a store never has to tell a
 // generation being built from a superseded one.
+//
+// The rules a store keeps are numbered P1 to P18 on the methods below and
+// here; conformance.RunProjectionStore checks each one with a subtest of
+// its own (docs/adapters.md lists which). Besides the methods' own:
+//
+//   - P17 context: every method called with an ended context fails with an
+//     error that wraps ctx.Err(), and a Replace writes nothing.
+//   - P18 schema: a store over a database without its tables fails every
+//     call with the adapter's schema-mismatch error, and never with
+//     ErrNoProjection, which would call for a refresh that cannot help.
 type Store interface {
-	// Reserve draws a new generation number, larger than every number
-	// drawn before it from this store (by any node sharing it), for one
-	// Replace. Call it before fetching the grants that generation will
-	// hold. A reserved number that is never used is simply skipped.
+	// Reserve draws a new generation number for one Replace. Call it
+	// before fetching the grants that generation will hold. A reserved
+	// number that is never used is simply skipped.
+	//
+	//   - P11 reservations: every number is larger than every number drawn
+	//     before it from this store, by any node sharing it; concurrent
+	//     reservations are all distinct.
 	Reserve(ctx context.Context) (Generation, error)
 
-	// Replace validates subject, grants (ValidateGrants) and gen (an
-	// error wrapping ErrInvalidGeneration for 0, a number this store
-	// never reserved, or one it already holds), writes grants as
-	// generation gen of subject and makes it the subject's active
-	// generation, superseding the previous one, all at once. When the
-	// subject's active generation is larger than gen, it writes nothing
-	// and returns an error wrapping ErrStale. Concurrent Replace calls for
-	// one subject are serialized; exactly one generation is active
-	// afterwards, the largest. When Replace fails, the previous generation
-	// stays active and nothing of the new one is visible; a failed (not
-	// stale) Replace may be retried with the same generation.
+	// Replace writes grants as generation gen of subject and makes it the
+	// subject's active generation, superseding the previous one, all at
+	// once.
+	//
+	//   - P1 activate: the new generation is active at once, through every
+	//     store over the same data; its grants read back in CompareGrants
+	//     order, whatever order they were written in, and a resource only
+	//     the superseded generation granted is gone. Generations lists both
+	//     until a sweep, with CreatedAt when the store keeps it.
+	//   - P2 empty set: an empty grant set is a generation like any other:
+	//     the subject is known to have no access anywhere, and replacing a
+	//     generation with one revokes everything.
+	//   - P3 masks: every mask comes back with all 64 bits as written.
+	//   - P4 size: a generation of 20,000 grants is written and read back
+	//     whole.
+	//   - P5 failure: when Replace fails, the previous generation stays
+	//     active and nothing of the new one is visible; a failed (not
+	//     stale) Replace may be retried with the same generation.
+	//   - P8 never a mix: a reader sees the previous generation, then the
+	//     new one, and never a part of either, whatever it reads with and
+	//     while sweeps run.
+	//   - P9 one active: after every Replace exactly one generation of the
+	//     subject is active, the one just written.
+	//   - P10 serialized: concurrent Replace calls for one subject are
+	//     serialized: exactly one generation is active at every moment and
+	//     afterwards, the largest that was written, and each call writes the
+	//     generation it was given and no other.
+	//   - P12 stale: when the subject's active generation is larger than
+	//     gen, Replace writes nothing and returns an error wrapping ErrStale
+	//     (not ErrInvalidGeneration), also after sweeps; the order is per
+	//     subject.
+	//   - P13 any order: flips of reserved generations arriving in any
+	//     order, concurrently, only ever move the active generation up, to
+	//     the largest; each one either writes or is stale.
+	//   - P16 bad input: an invalid subject (ErrInvalidSubject), grant set
+	//     (ValidateGrants, ErrInvalidGrant) or generation (0, one never
+	//     reserved, or one already written: ErrInvalidGeneration) is
+	//     refused and writes nothing; a never-reserved number does not move
+	//     the store on. Mask and Snapshot refuse an invalid subject, Mask an
+	//     invalid resource (ErrInvalidGrant), the same way.
 	Replace(ctx context.Context, subject Subject, gen Generation, grants []Grant) error
 
 	// Mask reads the mask of one resource in the subject's active
 	// generation. found is false when the generation has no grant for the
-	// resource (no access there). With no active generation it returns an
-	// error wrapping ErrNoProjection.
+	// resource (no access there).
+	//
+	//   - P6 no projection: with no active generation, Mask and Snapshot
+	//     return an error wrapping ErrNoProjection, never an answer, even
+	//     when other subjects have one; Generations is empty and Sweep
+	//     deletes nothing.
+	//   - P7 point reads: the answer is the active generation's mask for
+	//     that resource type and ID, both part of the key, as are the
+	//     subject's type and ID; a granted mask of 0 is found.
 	Mask(ctx context.Context, subject Subject, resourceType, resourceID string) (mask Mask, found bool, err error)
 
 	// Snapshot reads the subject's whole active generation, in one
-	// consistent read, or returns an error wrapping ErrNoProjection.
+	// consistent read (P1, P6, P8).
 	Snapshot(ctx context.Context, subject Subject) (Snapshot, error)
 
 	// Generations lists the subject's stored generations, oldest first:
 	// the active one and any superseded ones not yet swept. It is for
-	// inspection and tests; no read path needs it.
+	// inspection and tests; no read path needs it (P1, P9).
 	Generations(ctx context.Context, subject Subject) ([]GenerationInfo, error)
 
 	// Sweep deletes every superseded generation, of every subject, and
-	// returns how many it deleted. It never touches an active generation,
-	// so readers are unaffected. It takes no lock: concurrent sweeps (one
-	// per node) are safe, each superseded generation is deleted by exactly
-	// one of them, and a sweep with nothing to do is cheap and changes
-	// nothing.
+	// returns how many it deleted. It takes no lock.
+	//
+	//   - P14 superseded only: it never touches an active generation, so
+	//     readers are unaffected; a sweep with nothing to do deletes
+	//     nothing.
+	//   - P15 parallel: of concurrent sweeps, one per node, each superseded
+	//     generation is deleted by exactly one, and the counts add up to
+	//     the generations deleted.
 	Sweep(ctx context.Context) (int, error)
 }
 

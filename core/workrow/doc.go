@@ -6,7 +6,8 @@
 // lock expiry (lock_id and locked_until by default); everything else, the
 // completion marker, the attempt counter, the last error, stays the
 // application's own. The Store interface is the adapter side; the
-// PostgreSQL adapter lives in backends/postgres.
+// PostgreSQL adapters live in backends/postgres and backends/bunorm, and
+// the in-memory reference, memory.WorkRowStore, in backends/memory.
 //
 // # Claim, work, finalize
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/core/workrow"
 )
 
@@ -24,22 +25,18 @@ type email struct {
 // remote side's Retry-After when that is longer.
 func ExampleWorker() {
 	ctx := context.Background()
-	// In production: postgres.NewWorkRows[int64, Email](pool, ...).
-	store := newMemStore(func(e email) map[string]any {
-		return map[string]any{"to": e.To, "attempts": e.Attempts, "sent_at": e.SentAt, "last_error": e.LastError}
-	}, func(id int64, c map[string]any) email {
-		e := email{ID: id, To: c["to"].(string), Attempts: c["attempts"].(int)}
-		if t, ok := c["sent_at"].(time.Time); ok {
-			e.SentAt = &t
-		}
-		if s, ok := c["last_error"].(string); ok {
-			e.LastError = &s
-		}
-		return e
-	})
-	store.insert(1, email{To: "ada@example.com"})
-	store.insert(2, email{To: "busy@example.com"})
-	store.insert(3, email{To: "grace@example.com"})
+	// In production: postgres.NewWorkRows[int64, email](pool, ...).
+	store, err := memory.NewWorkRowStore[int64, email](memory.WorkRowStoreOptions{Live: workrow.IsNull("sent_at")})
+	if err != nil {
+		panic(err)
+	}
+	err = store.Insert(ctx,
+		email{ID: 1, To: "ada@example.com"},
+		email{ID: 2, To: "busy@example.com"},
+		email{ID: 3, To: "grace@example.com"})
+	if err != nil {
+		panic(err)
+	}
 
 	send := func(ctx context.Context, e email) (retryAfter time.Duration, err error) {
 		if e.To == "busy@example.com" {
@@ -80,7 +77,11 @@ func ExampleWorker() {
 	}
 	fmt.Println("claimed", n)
 	for id := int64(1); id <= 3; id++ {
-		e, _, visible := store.get(id)
+		r, _, err := store.Row(ctx, id)
+		if err != nil {
+			panic(err)
+		}
+		e, visible := r.Row, r.LockedUntil
 		switch {
 		case e.SentAt != nil:
 			fmt.Printf("%s: sent on attempt %d\n", e.To, e.Attempts)

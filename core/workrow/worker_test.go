@@ -25,36 +25,11 @@ type job struct {
 	LastError   *string
 }
 
-func jobCols(j job) map[string]any {
-	return map[string]any{"seq": j.Seq, "attempts": j.Attempts, "completed_at": j.CompletedAt,
-		"parked_at": j.ParkedAt, "last_error": j.LastError}
-}
-
-func jobFromCols(id int64, c map[string]any) job {
-	j := job{ID: id, Seq: c["seq"].(int), Attempts: c["attempts"].(int)}
-	if t, ok := c["completed_at"].(time.Time); ok {
-		j.CompletedAt = &t
-	} else if p, ok := c["completed_at"].(*time.Time); ok {
-		j.CompletedAt = p
-	}
-	if t, ok := c["parked_at"].(time.Time); ok {
-		j.ParkedAt = &t
-	} else if p, ok := c["parked_at"].(*time.Time); ok {
-		j.ParkedAt = p
-	}
-	if s, ok := c["last_error"].(string); ok {
-		j.LastError = &s
-	} else if p, ok := c["last_error"].(*string); ok {
-		j.LastError = p
-	}
-	return j
-}
-
 // newJobs is a store holding n fresh jobs, ids and seq 1..n.
 func newJobs(n int) *memStore[job] {
-	s := newMemStore(jobCols, jobFromCols)
+	s := newMemStore[job]()
 	for i := 1; i <= n; i++ {
-		s.insert(int64(i), job{Seq: i})
+		s.insert(job{ID: int64(i), Seq: i})
 	}
 	return s
 }
@@ -386,9 +361,9 @@ func TestWorker_CancelledMidBatchFinalizesFinishedRowsAndReleasesTheRest(t *test
 
 func TestWorker_ParksAtMaxAttemptsAndWhenClaimedBeyondThem(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := newJobs(2)
+		store := newJobs(1)
 		// Row 2's earlier workers died: it comes back for attempt 4 of 3.
-		store.insert(2, job{Seq: 2, Attempts: 3})
+		store.insert(job{ID: 2, Seq: 2, Attempts: 3})
 		var calls []int64
 		cfg := jobConfig(store, func(_ context.Context, c workrow.Claimed[int64, job]) workrow.Outcome {
 			calls = append(calls, c.ID)

@@ -1,0 +1,14 @@
+package conformance
+
+// Subtests returns each suite's subtest names, in the order the suite runs
+// them, for the tests that keep docs/adapters.md and the broken variants
+// in step with the suites.
+func Subtests() map[string][]string {
+	return map[string][]string{
+		"RunLockProvider":    names(newLockSuite(nil, LockFeatures{}).checks()),
+		"RunLeaseStore":      names(newLeaseSuite(nil, LeaseFeatures{}).checks()),
+		"RunOutboxStore":     names(newOutboxSuite(nil, OutboxFeatures{}).checks()),
+		"RunProjectionStore": names(newProjectionSuite(nil, ProjectionFeatures{}).checks()),
+		"RunWorkRows":        names(newWorkRowsSuite(nil, WorkRowsFeatures{}).checks()),
+	}
+}
