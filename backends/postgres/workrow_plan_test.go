@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,37 +11,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/workrow"
 	"github.com/baton-go/baton/internal/testenv"
 )
 
 // planNodes lists every "Node Type" of an EXPLAIN (FORMAT JSON) plan.
-func planNodes(plan []byte) []string {
-	var doc any
-	if err := json.Unmarshal(plan, &doc); err != nil {
-		return nil
-	}
-	var out []string
-	var walk func(v any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
-		case map[string]any:
-			if n, ok := x["Node Type"].(string); ok {
-				out = append(out, n)
-			}
-			for _, e := range x {
-				walk(e)
-			}
-		}
-	}
-	walk(doc)
-	return out
-}
+func planNodes(plan []byte) []string { return pgsql.PlanField(plan, "Node Type") }
 
 // loadQueue creates table with the suite's shape and claim index, holding
 // `finished` completed rows and `live` due ones (ids after the finished),

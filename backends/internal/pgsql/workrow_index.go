@@ -245,7 +245,11 @@ func orderNames(ix ClaimIndex) []string {
 
 // PlanIndexes lists the "Index Name" of every node of an EXPLAIN (FORMAT
 // JSON) plan.
-func PlanIndexes(plan []byte) []string {
+func PlanIndexes(plan []byte) []string { return PlanField(plan, "Index Name") }
+
+// PlanField lists the string value of key in every node of an EXPLAIN
+// (FORMAT JSON) plan, for example "Node Type" or "Index Name".
+func PlanField(plan []byte, key string) []string {
 	var doc any
 	if err := json.Unmarshal(plan, &doc); err != nil {
 		return nil
@@ -259,7 +263,7 @@ func PlanIndexes(plan []byte) []string {
 				walk(e)
 			}
 		case map[string]any:
-			if n, ok := x["Index Name"].(string); ok {
+			if n, ok := x[key].(string); ok {
 				out = append(out, n)
 			}
 			for _, e := range x {
