@@ -87,10 +87,6 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 				if ctx.Err() != nil {
 					return
 				}
-				if errors.Is(err, ErrReaderFenced) {
-					d.cfg.Logger.Warn("outbox: a reader of a later leadership term has the log; giving up leadership", "err", err)
-					return
-				}
 				if isRefused(err) {
 					// Waiting cannot mend it: say so at once, and try again
 					// after ErrorDelay in case an operator acted.

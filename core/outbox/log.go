@@ -113,7 +113,8 @@ type LogBatch struct {
 
 // LogMark is a point in the log and the transaction counter read at one
 // instant: every transaction whose xid is below XID had ended then, and
-// every entry committed before then lies below LogPosition{LSN: LSN}.
+// every entry committed before then lies at or below
+// LogPosition{LSN: LSN}.
 // Retention uses it to know which rows are settled, since a row carries
 // no log position: once the settled position has reached LSN, every row
 // whose xid is below XID is settled (see LogStore.Mark).
@@ -196,7 +197,7 @@ type LogStore interface {
 	//
 	//   - R14 mark: every transaction whose xid is below XID had ended when
 	//     Mark returned (one still open has an xid at or above it), and
-	//     every entry committed before Mark was called lies below
+	//     every entry committed before Mark was called lies at or below
 	//     LogPosition{LSN: LSN}.
 	Mark(ctx context.Context) (LogMark, error)
 }
