@@ -598,19 +598,19 @@ func (s *OutboxLogStore) cancelBackend(ctx context.Context, pid int32) {
 
 // SlotStatus is a replication slot as `baton outbox slot status` shows it.
 type SlotStatus struct {
-	Name, Plugin, Type   string
-	Active               bool
-	ActivePID            *int32
-	WALStatus            string // reserved, extended, unreserved or lost
-	RestartLSN           string
-	ConfirmedFlushLSN    string
-	RetainedBytes        *int64 // WAL kept for the slot: from restart_lsn to the current position
-	SafeWALSize          *int64 // bytes that may still be written before the slot is at risk (null without max_slot_wal_keep_size)
-	MaxSlotWALKeepSize   string
-	PublicationExists    bool
-	PublicationName      string
-	ReaderToken          string
-	SettledLogPosition   string
+	Name, Plugin, Type string
+	Active             bool
+	ActivePID          *int32
+	WALStatus          string // reserved, extended, unreserved or lost
+	RestartLSN         string
+	ConfirmedFlushLSN  string
+	RetainedBytes      *int64 // WAL kept for the slot: from restart_lsn to the current position
+	SafeWALSize        *int64 // bytes that may still be written before the slot is at risk (null without max_slot_wal_keep_size)
+	MaxSlotWALKeepSize string
+	PublicationExists  bool
+	PublicationName    string
+	ReaderToken        string
+	SettledLogPosition string
 }
 
 const logSlotStatusSQL = `SELECT s.slot_name::text, coalesce(s.plugin::text, ''), s.slot_type, s.active, s.active_pid, coalesce(s.wal_status, ''),
