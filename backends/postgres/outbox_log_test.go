@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
 	locksmemory "github.com/baton-go/baton/locks/memory"
@@ -270,4 +271,11 @@ func TestOutboxLog_TheWalkDeliversAFirstTheLogDeliversBFirst(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestOutboxLogStore_Conformance(t *testing.T) {
+	conformance.RunOutboxLog(t, func(t *testing.T) conformance.OutboxLogHarness {
+		e := newLogEnv(t)
+		return conformance.OutboxLogHarness{Log: e.store, Store: e.store, Producer: pgxOutboxProducer(e.Pool, Enqueue)}
+	}, conformance.OutboxLogFeatures{})
 }

@@ -156,14 +156,15 @@ type LogStore interface {
 	// any earlier term (a paused, deposed leader may still be attached to
 	// the log). token is the term's fencing token (lock.Lock.Token).
 	//
-	//   - R8 resume: a reader's Start is the last position confirmed to
-	//     the log (zero for a log never confirmed), and reading from it
+	//   - R8 resume: a reader's Start is at the LSN last confirmed to the
+	//     log (Seq 0; zero for a log never confirmed), and reading from it
 	//     returns every entry committed after it.
 	//   - R9 one reader: Open with a token at least that of the current
-	//     reader ends that reader: its Read and Confirm fail with
-	//     ErrReaderFenced from then on. Open with a lower token fails with
-	//     ErrReaderFenced and leaves the current reader working. A token
-	//     of 0 (a lock that cannot fence) never ends another reader.
+	//     reader ends that reader: its Read fails with ErrReaderFenced from
+	//     then on, and its Confirm changes nothing. Open with a lower token
+	//     fails with ErrReaderFenced and leaves the current reader working.
+	//     A token of 0 (a lock that cannot fence) never ends another
+	//     reader.
 	//   - R15 lost: a log that can no longer be read fails Open, and the
 	//     Read of a reader opened before, with an error wrapping
 	//     ErrLogLost.

@@ -142,6 +142,15 @@ func (r *logReader) Read(ctx context.Context, after outbox.LogPosition, limit in
 		return outbox.LogBatch{}, r.broken
 	}
 	if !r.streaming {
+		// A later term may have opened the log since this reader did,
+		// before either streamed: then the slot is no longer this
+		// reader's to take.
+		if st, err := r.s.State(ctx); err != nil {
+			return outbox.LogBatch{}, err
+		} else if outbox.ReadLogReaderToken(st) > r.token {
+			r.broken = r.s.a.errorf("outbox log: a later leadership term opened the slot %q: %w", r.s.opts.Slot, outbox.ErrReaderFenced)
+			return outbox.LogBatch{}, r.broken
+		}
 		if err := r.startStream(ctx, after.LSN); err != nil {
 			return outbox.LogBatch{}, err
 		}
@@ -408,8 +417,20 @@ func (r *logReader) Confirm(ctx context.Context, p outbox.LogPosition) error {
 }
 
 // Close implements outbox.LogReader: the connection goes, and the slot is
-// free for the next reader.
+// free for the next reader. A stream still healthy is ended properly, so
+// that the server has taken the last confirmed position before the next
+// reader opens.
 func (r *logReader) Close(ctx context.Context) error {
+	if r.broken == nil && r.streaming {
+		if err := r.status(); err == nil {
+			deadline := time.Now().Add(5 * time.Second)
+			if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+				deadline = d
+			}
+			_ = r.conn.Conn().SetDeadline(deadline)
+			_, _ = pglogrepl.SendStandbyCopyDone(ctx, r.conn)
+		}
+	}
 	if r.broken == nil {
 		r.broken = r.s.a.errorf("outbox log: the reader is closed")
 	}
