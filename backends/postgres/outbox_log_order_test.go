@@ -158,8 +158,6 @@ func produce(ctx context.Context, pool *pgxpool.Pool, seed uint64, txs int, lane
 
 var errRollBack = errors.New("rolled back on purpose")
 
-
-
 // firstOccurrences drops repeats, keeping each id where it first came.
 func firstOccurrences(ids []outbox.ID) (out []outbox.ID, repeats int) {
 	seen := map[outbox.ID]bool{}
