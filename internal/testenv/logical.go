@@ -62,3 +62,15 @@ func LogicalPostgres(t testing.TB) *PostgresEnv {
 	t.Helper()
 	return schemaEnv(t, LogicalPostgresURL(t))
 }
+
+// ThrowawayPostgres starts a PostgreSQL server from the binaries on this
+// machine, outside any test (the bench module uses it), with settings
+// added to its configuration; stop stops it and removes its files. It
+// fails when there are no binaries.
+func ThrowawayPostgres(settings ...string) (url string, stop func() error, err error) {
+	r, err := startThrowawayPostgres(settings...)
+	if err != nil {
+		return "", nil, err
+	}
+	return r.srv.addr, r.stop, nil
+}

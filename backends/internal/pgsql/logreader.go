@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"net"
 	"strings"
 	"time"
 
@@ -74,7 +74,7 @@ func (r *logReader) identify(ctx context.Context) error {
 // the slot's confirmed position if it is below it. A slot whose reader of
 // an earlier term is still exiting is tried again for a few seconds.
 func (r *logReader) startStream(ctx context.Context, lsn uint64) error {
-	args := []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(r.s.opts.Publication, "'", "''") + "'"}
+	args := []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(r.s.opts.Publication, "'", "''") + "'", "binary 'true'"}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := pglogrepl.StartReplication(ctx, r.conn, r.s.opts.Slot, pglogrepl.LSN(lsn),
@@ -176,7 +176,7 @@ func (r *logReader) Read(ctx context.Context, after outbox.LogPosition, limit in
 			if ctx.Err() != nil {
 				return outbox.LogBatch{}, ctx.Err()
 			}
-			if pgconn.Timeout(err) {
+			if isTimeout(err) {
 				if len(r.buf) > 0 || !time.Now().Before(deadline) {
 					break
 				}
@@ -206,11 +206,31 @@ func (r *logReader) drop(after outbox.LogPosition) {
 	r.buf = r.buf[i:]
 }
 
-// receive waits for the next message until the deadline.
+// receive waits for the next message until the deadline. A short wait
+// (the quiet gap between the messages of a busy stream) is a read
+// deadline on the socket, checked by no goroutine: the stream's hot path
+// receives tens of thousands of messages a second. A longer one watches
+// ctx, so that a leader that loses its lock stops waiting at once.
 func (r *logReader) receive(ctx context.Context, until time.Time) (pgproto3.BackendMessage, error) {
+	if time.Until(until) <= 10*logQuiet {
+		if err := r.conn.Conn().SetReadDeadline(until); err != nil {
+			return nil, err
+		}
+		defer r.conn.Conn().SetReadDeadline(time.Time{})
+		return r.conn.ReceiveMessage(context.Background())
+	}
 	rctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	return r.conn.ReceiveMessage(rctx)
+}
+
+// isTimeout reports a receive that ended at its deadline, either way.
+func isTimeout(err error) bool {
+	if pgconn.Timeout(err) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // handle takes one message of the stream.
@@ -325,48 +345,50 @@ func (r *logReader) relation(m *pglogrepl.RelationMessage) *logRelation {
 	return rel
 }
 
-// decode turns an inserted row (text format) into an entry.
+// decode turns an inserted row into an entry. The stream is asked for
+// binary values (pgoutput's binary option), which spares the server the
+// text output functions of every column; text is read too.
 func (r *logReader) decode(rel *logRelation, t *pglogrepl.TupleData) (outbox.Entry, error) {
 	var e outbox.Entry
 	if t == nil || rel.xid < 0 || rel.id < 0 || rel.lane < 0 || rel.payload < 0 || rel.createdAt < 0 {
 		return e, fmt.Errorf("%w: the published outbox table lacks a column baton reads (xid, id, lane, payload, created_at)", ErrSchemaMismatch)
 	}
-	col := func(i int) ([]byte, error) {
-		if i >= len(t.Columns) || t.Columns[i].DataType != pglogrepl.TupleDataTypeText {
-			return nil, fmt.Errorf("column %d of an inserted outbox row is not in text form", i)
-		}
-		return t.Columns[i].Data, nil
-	}
 	scan := func(i int, dst any) error {
-		b, err := col(i)
-		if err != nil {
-			return err
+		if i >= len(t.Columns) {
+			return fmt.Errorf("an inserted outbox row has no column %d", i)
 		}
-		return r.types.Scan(rel.oids[i], pgtype.TextFormatCode, b, dst)
+		c := t.Columns[i]
+		format := int16(pgtype.BinaryFormatCode)
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeText:
+			format = pgtype.TextFormatCode
+		case pglogrepl.TupleDataTypeBinary:
+		default:
+			return fmt.Errorf("column %d of an inserted outbox row has no value (%q)", i, c.DataType)
+		}
+		return r.types.Scan(rel.oids[i], format, c.Data, dst)
 	}
-	xid, err := col(rel.xid)
-	if err != nil {
-		return e, err
+	var (
+		xid     pgtype.Uint64
+		id      pgtype.UUID
+		payload []byte
+	)
+	if err := scan(rel.xid, &xid); err != nil {
+		return e, fmt.Errorf("the xid of an inserted outbox row: %w", err)
 	}
-	if e.XID, err = strconv.ParseUint(string(xid), 10, 64); err != nil {
-		return e, fmt.Errorf("the xid %q of an inserted outbox row: %w", xid, err)
-	}
-	var id pgtype.UUID
 	if err := scan(rel.id, &id); err != nil {
-		return e, err
+		return e, fmt.Errorf("the id of an inserted outbox row: %w", err)
 	}
-	e.ID = outbox.ID(id.Bytes)
 	if err := scan(rel.lane, &e.Lane); err != nil {
-		return e, err
+		return e, fmt.Errorf("the lane of an inserted outbox row: %w", err)
 	}
-	payload, err := col(rel.payload)
-	if err != nil {
-		return e, err
+	if err := scan(rel.payload, &payload); err != nil {
+		return e, fmt.Errorf("the payload of an inserted outbox row: %w", err)
 	}
-	e.Payload = append([]byte(nil), payload...)
 	if err := scan(rel.createdAt, &e.CreatedAt); err != nil {
-		return e, err
+		return e, fmt.Errorf("the created_at of an inserted outbox row: %w", err)
 	}
+	e.XID, e.ID, e.Payload = xid.Uint64, outbox.ID(id.Bytes), append([]byte(nil), payload...)
 	return e, nil
 }
 
