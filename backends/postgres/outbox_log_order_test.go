@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/outboxtest"
 	"github.com/baton-go/baton/internal/testenv"
 )
 
@@ -70,47 +70,6 @@ func lanesTo(seq *sequence, block func() bool, lanes ...string) []outbox.Process
 		}})
 	}
 	return procs
-}
-
-var testDecodingID = regexp.MustCompile(`^table (\S+)\.baton_outbox: INSERT: .*\bid\[uuid\]:'([0-9a-f-]{36})'`)
-
-// oracle reads the test_decoding slot: the ids inserted into the schema's
-// outbox by committed transactions, in commit order.
-func oracle(t *testing.T, ctx context.Context, pool *pgxpool.Pool, slot, schema string) []outbox.ID {
-	t.Helper()
-	// Decoding reads flushed WAL only, and the test servers commit
-	// without waiting for the flush: one commit that waits flushes
-	// everything before it.
-	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on; SELECT pg_current_xact_id()`)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := pool.Query(ctx, `SELECT data FROM pg_logical_slot_get_changes($1, NULL, NULL, 'skip-empty-xacts', '1')`, slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []outbox.ID
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		m := testDecodingID.FindStringSubmatch(line)
-		if m == nil || m[1] != schema {
-			continue
-		}
-		id, err := outbox.ParseID(m[2])
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return ids
 }
 
 // produce runs one producer: txs transactions, each first writing to a
@@ -174,7 +133,8 @@ func firstOccurrences(ids []outbox.ID) (out []outbox.ID, repeats int) {
 
 func TestOutboxLog_DeliversExactlyTheCommittedEntriesInCommitOrder(t *testing.T) {
 	e := newLogEnv(t)
-	ctx := testContext(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	pool := newPool(t, e.PostgresEnv, func(c *pgxpool.Config) { c.MaxConns = orderProducers + 4 })
 	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE entity (id int PRIMARY KEY, v int);
 CREATE TABLE elsewhere (n int);
@@ -204,7 +164,7 @@ INSERT INTO entity SELECT g, 0 FROM generate_series(0, %d) AS g`, orderEntities-
 	// The oracle: a second slot, decoding the same commits with
 	// test_decoding, from before the first producer's first write.
 	oracleSlot := e.slot + "_oracle"
-	if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, oracleSlot); err != nil {
+	if err := outboxtest.CreateOracle(ctx, pool, oracleSlot); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -242,17 +202,9 @@ INSERT INTO entity SELECT g, 0 FROM generate_series(0, %d) AS g`, orderEntities-
 	before := len(seq.snapshot())
 	runDriver(t, e.store, e.store, func(c *outbox.Config) { c.BatchSize = orderBatch }, lanesTo(seq, nil, lanes...)...)
 
-	// The oracle's slot is read until it has nothing more to give (its
-	// decoding may lag the commits a little).
-	var want []outbox.ID
-	for quiet := 0; quiet < 3; {
-		more := oracle(t, ctx, pool, oracleSlot, e.Schema)
-		if len(more) == 0 {
-			quiet++
-			time.Sleep(300 * time.Millisecond)
-			continue
-		}
-		quiet, want = 0, append(want, more...)
+	want, err := outboxtest.CommitOrder(ctx, pool, oracleSlot, e.Schema)
+	if err != nil {
+		t.Fatal(err)
 	}
 	eventually(t, time.Minute, fmt.Sprintf("the second leader did not deliver all %d committed entries", len(want)), func() bool {
 		got, _ := firstOccurrences(seq.snapshot())
