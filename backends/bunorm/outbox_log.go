@@ -34,15 +34,16 @@ var (
 // *bun.DB), or an error naming the first invalid option. db must run on
 // pgx's database/sql driver, as for NewOutboxStore.
 func NewOutboxLogStore(ctx context.Context, db bun.IDB, opts OutboxLogOptions) (*OutboxLogStore, error) {
-	if _, err := NewOutboxStore(ctx, db, OutboxStoreOptions{Schema: opts.Schema, Logger: opts.Logger}); err != nil {
-		return nil, err
-	}
 	h, err := open(db, "NewOutboxLogStore")
 	if err != nil {
 		return nil, err
 	}
 	st, err := pgsql.NewOutboxLogStore(h, adapter, opts)
 	if err != nil {
+		return nil, err
+	}
+	// The session checks of the table store (standard_conforming_strings).
+	if _, err := NewOutboxStore(ctx, db, OutboxStoreOptions{Schema: opts.Schema, Logger: opts.Logger}); err != nil {
 		return nil, err
 	}
 	return &OutboxLogStore{st}, nil

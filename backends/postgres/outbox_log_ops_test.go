@@ -405,3 +405,18 @@ func TestOutboxLog_AnInvalidatedSlotStopsTheDriverUntilItIsDropped(t *testing.T)
 	}
 	wantMisconfigured(t, openErr(t, other, 1), "no replication slot is free", "max_replication_slots")
 }
+
+func TestNewOutboxLogStore_RejectsInvalidOptionsNamingTheField(t *testing.T) {
+	env := testenv.Postgres(t)
+	for field, opts := range map[string]OutboxLogOptions{
+		"Slot":              {Slot: "Has-Capitals"},
+		"Publication":       {Publication: strings.Repeat("p", 64)},
+		"SlotCreateTimeout": {SlotCreateTimeout: -time.Second},
+		"StatusInterval":    {StatusInterval: -time.Second},
+		"ConnString":        {ConnString: "postgres://%zz"},
+	} {
+		if _, err := NewOutboxLogStore(env.Pool, opts); err == nil || !strings.Contains(err.Error(), "OutboxLogOptions."+field) {
+			t.Errorf("%s: err = %v, want one naming OutboxLogOptions.%s", field, err, field)
+		}
+	}
+}

@@ -143,31 +143,32 @@ func (l *Logical) background(ctx context.Context, logical bool, idle time.Durati
 }
 
 // drain delivers what an earlier run left behind (a run ends at its time
-// bound), until nothing came for a quarter of a second: the next run
-// starts on an empty outbox.
+// bound): it commits a marker entry and runs a driver until the marker is
+// delivered, which both sources do after everything committed before it.
+// The next run starts on an empty outbox.
 func (l *Logical) drain(ctx context.Context, logical bool) error {
-	var (
-		mu   sync.Mutex
-		last = time.Now()
-	)
-	stop := l.background(ctx, logical, 10*time.Millisecond, func([]outbox.Entry) {
-		mu.Lock()
-		last = time.Now()
-		mu.Unlock()
+	pool, _ := l.source(logical)
+	marker := outbox.NewID()
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return postgres.Enqueue(ctx, tx, marker, Lanes[0], Payload) }); err != nil {
+		return err
+	}
+	seen := make(chan struct{})
+	var once sync.Once
+	stop := l.background(ctx, logical, 10*time.Millisecond, func(run []outbox.Entry) {
+		for _, e := range run {
+			if e.ID == marker {
+				once.Do(func() { close(seen) })
+			}
+		}
 	})
 	defer stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		mu.Lock()
-		quiet := time.Since(last)
-		mu.Unlock()
-		if quiet > 250*time.Millisecond {
-			return nil
-		}
+	select {
+	case <-seen:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("benchkit: the %s side did not drain within 5 minutes", sideName(logical))
 	}
 }
 
@@ -209,7 +210,7 @@ func (l *Logical) Latency(logical bool, every, d time.Duration) System {
 		total := int(d/every) + 1 // and the warm-up entry
 		driven := make(chan error, 1)
 		go func() {
-			_, err := runDriver(dctx, cfg, total, d+10*time.Second, false, func(run []outbox.Entry) {
+			_, err := runDriver(dctx, cfg, total, d+time.Minute, false, func(run []outbox.Entry) {
 				now := time.Now()
 				mu.Lock()
 				defer mu.Unlock()
@@ -228,13 +229,15 @@ func (l *Logical) Latency(logical bool, every, d time.Duration) System {
 		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return postgres.Enqueue(ctx, tx, warm, Lanes[0], Payload) }); err != nil {
 			return Sample{}, err
 		}
-		for {
+		for deadline := time.Now().Add(time.Minute); ; {
 			mu.Lock()
-			_, waiting := committed[warm]
-			started := !waiting && warmed
+			started := warmed
 			mu.Unlock()
 			if started {
 				break
+			}
+			if time.Now().After(deadline) {
+				return Sample{}, fmt.Errorf("benchkit: the %s side did not deliver its first entry within a minute", sideName(logical))
 			}
 			select {
 			case <-ctx.Done():
