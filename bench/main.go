@@ -118,7 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rounds: 5, bound: time.Second, relayEntries: 300_000, wmEntries: 100_000, workRows: 30_000,
 		relayBatches: []int{100, 1000}, producers: []int{1, 8, 32}, handlers: []int{1, 16, 100}, workBatches: []int{20, 100},
 		riverSettings: riverSettings{FetchCooldown: *cooldown, FetchPollInterval: *poll},
-		logicalURL: *pgLogical, logicalEntries: 100_000, closers: new([]func(context.Context) error),
+		logicalURL:    *pgLogical, logicalEntries: 100_000, closers: new([]func(context.Context) error),
 	}
 	if *quick {
 		p.rounds, p.bound, p.relayEntries, p.wmEntries, p.workRows = 1, 250*time.Millisecond, 50_000, 20_000, 10_000
