@@ -42,6 +42,8 @@ func CommitOrder(ctx context.Context, pool *pgxpool.Pool, slot, schema string) (
 		if err != nil {
 			return nil, err
 		}
+		// Only the schema's outbox entries count as news: a driver's own
+		// settlements keep committing other changes.
 		n := 0
 		for rows.Next() {
 			var line string
@@ -49,7 +51,6 @@ func CommitOrder(ctx context.Context, pool *pgxpool.Pool, slot, schema string) (
 				rows.Close()
 				return nil, err
 			}
-			n++
 			m := testDecodingID.FindStringSubmatch(line)
 			if m == nil || m[1] != schema {
 				continue
@@ -60,6 +61,7 @@ func CommitOrder(ctx context.Context, pool *pgxpool.Pool, slot, schema string) (
 				return nil, err
 			}
 			ids = append(ids, id)
+			n++
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
