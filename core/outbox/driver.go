@@ -80,6 +80,8 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 	}()
 
 	w := &walker{d: d, lk: lk}
+	k := d.newWake() // the leader alone listens, for as long as it leads
+	defer k.close()
 	for ctx.Err() == nil {
 		if !w.loaded {
 			if err := w.load(ctx); err != nil {
@@ -101,7 +103,7 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 		if deposed {
 			return
 		}
-		if !sleep(ctx, nil, delay) {
+		if !k.rest(ctx, w, delay) {
 			return
 		}
 	}
@@ -140,6 +142,9 @@ type walker struct {
 	// transaction counter: after loading it, and whenever the walk has
 	// caught up (a restore in between would leave it ahead for good).
 	checkCounter bool
+	// idle says the last pass caught up: it settled without a stop and
+	// read less than a full batch, so its pause may end at a signal.
+	idle bool
 }
 
 func (w *walker) load(ctx context.Context) error {
@@ -171,6 +176,7 @@ type stopInfo struct {
 func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 	d := w.d
 	cfg := &d.cfg
+	w.idle = false
 	if len(d.procs) == 0 {
 		cfg.Logger.Warn("outbox: no processors registered; not scanning (entries would be parked as unknown lanes)")
 		return cfg.IdleDelay, false
@@ -320,6 +326,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 	case len(entries) == cfg.BatchSize, !ScanHasRoom(ScanBytes(entries)):
 		return 0, false // a full batch, by count or by bytes: more may be waiting, straight on
 	default:
+		w.idle = true
 		return cfg.IdleDelay, false
 	}
 }
