@@ -77,7 +77,7 @@ type Listener interface {
 // in flight (Idle answered busy).
 const (
 	wakeRetryFirst = time.Millisecond
-	wakeRetryCap   = 50 * time.Millisecond
+	wakeRetryCap   = 20 * time.Millisecond
 	wakeRetryShare = 100
 	// listenRetryFirst is the pause before listening again after the
 	// session failed or could not be opened; it doubles up to ErrorDelay.

@@ -122,10 +122,10 @@ func TestWake_APinnedHorizonIsScannedAgainUntilTheSignalledEntryShows(t *testing
 					t.Fatalf("delivered %d entries above the horizon", n)
 				}
 				scans := cs.count() - before
-				// 1 ms doubling to 50 ms, then a hundredth of the pin so far.
-				limit := 10 + int(pin/(50*time.Millisecond))
+				// 1 ms doubling to 20 ms, then a hundredth of the pin so far.
+				limit := 10 + int(pin/(20*time.Millisecond))
 				if pin > 10*time.Second {
-					limit = 10 + 200 + 500 // a generous bound on the sum of the growing gaps
+					limit = 10 + 100 + 700 // 2s at 20ms, then gaps growing by 1% a scan
 				}
 				if scans > limit {
 					t.Fatalf("%d scans while the horizon was pinned for %v, want at most %d", scans, pin, limit)
@@ -138,9 +138,9 @@ func TestWake_APinnedHorizonIsScannedAgainUntilTheSignalledEntryShows(t *testing
 					time.Sleep(time.Millisecond)
 				}
 				late := time.Since(ended)
-				// The next scan is at most one gap away: wakeRetryCap, or a
-				// hundredth of the pin.
-				if bound := max(50*time.Millisecond, pin/100+time.Millisecond); late > bound {
+				// The next scan is at most one gap away: wakeRetryCap (20ms),
+				// or a hundredth of the pin.
+				if bound := max(20*time.Millisecond, pin/100+time.Millisecond); late > bound {
 					t.Fatalf("delivered %v after the horizon passed, want within %v", late, bound)
 				}
 				t.Logf("pinned %v: %d scans; delivered %v after it ended", pin, scans, late)
@@ -320,7 +320,7 @@ func TestWake_BusyMeansWalkAgainSoon(t *testing.T) {
 		for len(rec.delivered()) < 1 {
 			time.Sleep(time.Millisecond)
 		}
-		if d := time.Since(start); d > 50*time.Millisecond {
+		if d := time.Since(start); d > 20*time.Millisecond {
 			t.Fatalf("delivered %v after the commit while Idle answered busy, want at the next of the quick walks", d)
 		}
 	})

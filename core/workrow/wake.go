@@ -65,7 +65,7 @@ type Listener interface {
 // up to ErrorDelay; meanwhile the loop polls every IdleDelay.
 const (
 	wakeRetryFirst   = time.Millisecond
-	wakeRetryCap     = 50 * time.Millisecond
+	wakeRetryCap     = 20 * time.Millisecond
 	listenRetryFirst = 100 * time.Millisecond
 	// sessionTimeout bounds opening a session and asking it Idle.
 	sessionTimeout = 10 * time.Second
