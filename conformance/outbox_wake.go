@@ -60,21 +60,30 @@ func (b wakeBundle) listen() outbox.Listener {
 	return l
 }
 
-// idle asks Idle until it answers idle (busy is allowed while a producer
-// is in flight, and none is here for long) and returns newest.
-func (b wakeBundle) idle(l outbox.Listener, after outbox.Cursor) uint64 {
+// idle asks Idle until it answers idle or reports a newest entry (busy is
+// allowed while a producer is in flight, and none is here for long), and
+// returns the answer.
+func (b wakeBundle) idle(l outbox.Listener, after outbox.Cursor) (bool, uint64) {
 	b.t.Helper()
 	for deadline := time.Now().Add(wakeBound); ; time.Sleep(5 * time.Millisecond) {
 		idle, newest, err := l.Idle(b.ctx, after)
 		if err != nil {
 			b.t.Fatalf("Idle: %v", err)
 		}
-		if idle {
-			return newest
+		if idle || newest != 0 {
+			return idle, newest
 		}
 		if time.Now().After(deadline) {
 			b.t.Fatalf("Idle answered busy for %v with no producer in flight", wakeBound)
 		}
+	}
+}
+
+// idleEmpty makes l idle over an outbox with nothing after the cursor.
+func (b wakeBundle) idleEmpty(l outbox.Listener) {
+	b.t.Helper()
+	if idle, newest := b.idle(l, outbox.Cursor{}); !idle {
+		b.t.Fatalf("Idle over an empty outbox reported newest xid %d and did not answer idle", newest)
 	}
 }
 
@@ -99,7 +108,7 @@ func (b wakeBundle) xidOf(e outbox.Entry) uint64 {
 // commitWakes: once idle, a commit makes Wait return its xid (or later).
 func (s *outboxSuite) commitWakes(t *testing.T, b wakeBundle) {
 	l := b.listen()
-	b.idle(l, outbox.Cursor{})
+	b.idleEmpty(l)
 	e := outboxEntry("wake", 1)
 	b.commitTx(e)
 	got := b.wait(l, "after a commit")
@@ -112,7 +121,7 @@ func (s *outboxSuite) commitWakes(t *testing.T, b wakeBundle) {
 // older commits; the only signal is the older's.
 func (s *outboxSuite) rollbackWakesNobody(t *testing.T, b wakeBundle) {
 	l := b.listen()
-	b.idle(l, outbox.Cursor{})
+	b.idleEmpty(l)
 	older, younger := b.begin(), b.begin()
 	kept, dropped := outboxEntry("wake", 1), outboxEntry("wake", 2)
 	b.enqueue(older, kept)
@@ -141,9 +150,9 @@ func (s *outboxSuite) inFlightNotMissed(t *testing.T, b wakeBundle) {
 	b.commit(tx)
 	want := b.xidOf(e)
 	if !idle {
-		// Busy while the producer was in flight: the next idle answer
-		// reports its entry, which committed before it.
-		if newest := b.idle(l, outbox.Cursor{}); newest < want {
+		// Busy while the producer was in flight: the next answer reports
+		// its entry, which committed before it.
+		if _, newest := b.idle(l, outbox.Cursor{}); newest < want {
 			t.Fatalf("Idle reported newest xid %d after a commit of xid %d it answered busy for; the entry would be missed", newest, want)
 		}
 		return
@@ -170,8 +179,12 @@ func (s *outboxSuite) idleReportsNewest(t *testing.T, b wakeBundle) {
 		{outbox.Cursor{XID: x1, ID: first.ID}, x2, "the first entry"},
 		{outbox.Cursor{XID: x2, ID: second.ID}, 0, "the last entry"},
 	} {
-		if got := b.idle(l, c.after); got != c.want {
+		idle, got := b.idle(l, c.after)
+		switch {
+		case got != c.want:
 			t.Errorf("Idle(after %s) reported newest xid %d, want %d", c.what, got, c.want)
+		case idle != (c.want == 0):
+			t.Errorf("Idle(after %s) answered idle %v with newest xid %d; it answers idle only with nothing after the cursor", c.what, idle, got)
 		}
 	}
 }
@@ -180,7 +193,7 @@ func (s *outboxSuite) idleReportsNewest(t *testing.T, b wakeBundle) {
 // Wait still hears a commit.
 func (s *outboxSuite) waitTimesOut(t *testing.T, b wakeBundle) {
 	l := b.listen()
-	b.idle(l, outbox.Cursor{})
+	b.idleEmpty(l)
 	ctx, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
 	_, err := l.Wait(ctx)
 	cancel()
@@ -199,7 +212,7 @@ func (s *outboxSuite) waitTimesOut(t *testing.T, b wakeBundle) {
 func (s *outboxSuite) anotherOutbox(t *testing.T, b wakeBundle) {
 	other := &outboxT{t: t, ctx: b.ctx, h: s.harness(t), wait: b.outboxT.wait}
 	l := b.listen()
-	b.idle(l, outbox.Cursor{})
+	b.idleEmpty(l)
 	mine := b.begin()
 	e := outboxEntry("wake", 1)
 	b.enqueue(mine, e)

@@ -24,6 +24,7 @@ const (
 	newestIsZero                      // Idle reports no newest entry
 	deadAfterTimeout                  // a listener whose Wait timed out hears nothing more
 	oneChannelForAll                  // every store's producers signal every store's listeners
+	busyKills                         // a listener that was told Busy hears nothing more
 )
 
 // flawedBus is a store's listeners.
@@ -116,6 +117,13 @@ func (l *flawedListener) wait(ctx context.Context) (uint64, error) {
 	}
 }
 
+func (l *flawedListener) setBusy() {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	l.idle = false
+	l.dead = l.dead || l.b.flaw == busyKills
+}
+
 func (l *flawedListener) close() error {
 	l.b.mu.Lock()
 	defer l.b.mu.Unlock()
@@ -177,8 +185,12 @@ func (l flawedOutboxListener) Idle(ctx context.Context, after outbox.Cursor) (bo
 	if l.b.flaw == newestIsZero {
 		newest = 0
 	}
+	if newest != 0 {
+		l.setBusy()
+		return false, newest, err
+	}
 	l.setIdle()
-	return true, newest, err
+	return true, 0, err
 }
 
 func (l flawedOutboxListener) Wait(ctx context.Context) (uint64, error) { return l.wait(ctx) }
@@ -243,6 +255,11 @@ type flawedRowListener struct{ *flawedListener }
 func (l flawedRowListener) Idle(context.Context) (bool, error) {
 	l.setIdle()
 	return true, nil
+}
+
+func (l flawedRowListener) Busy(context.Context) error {
+	l.setBusy()
+	return nil
 }
 
 func (l flawedRowListener) Wait(ctx context.Context) error {

@@ -85,6 +85,7 @@ var workRowsVariants = []workRowsVariant{
 	{variant{"rolled-back-signal-sent", "W17", "ARolledBackSignalWakesNobody"}, wrWake(rollbacksSignal)},
 	{variant{"signal-decided-before-idle", "W18", "ASignalGivenBeforeIdleIsNeverMissed"}, wrWake(decidedAtEnqueue)},
 	{variant{"one-channel-for-every-table", "W19", "AnotherTablesSignalDoesNotWakeIt"}, wrWake(oneChannelForAll)},
+	{variant{"listener-dead-after-busy", "W20", "IdleAfterBusyWakesAgain"}, wrWake(busyKills)},
 }
 
 // wrWake is the reference harness whose listening has flaw.

@@ -30,6 +30,7 @@ func (s *workRowsSuite) wakeChecks() []check {
 		subtest[wrWakeBundle]{"ARolledBackSignalWakesNobody", s.rolledBackSignal},
 		subtest[wrWakeBundle]{"ASignalGivenBeforeIdleIsNeverMissed", s.signalInFlight},
 		subtest[wrWakeBundle]{"AnotherTablesSignalDoesNotWakeIt", s.anotherTable},
+		subtest[wrWakeBundle]{"IdleAfterBusyWakesAgain", s.idleAfterBusy},
 	)
 }
 
@@ -185,6 +186,21 @@ func (s *workRowsSuite) anotherTable(t *testing.T, b wrWakeBundle) {
 	b.commit(b.signalled(b.h, wrFresh(1)...))
 	if !b.wait(l, wakeBound) {
 		t.Fatalf("no signal within %v of this table's own signalled insert", wakeBound)
+	}
+}
+
+// idleAfterBusy: a listener that gave its idle state back and became idle
+// again is woken by the next signalled insert.
+func (s *workRowsSuite) idleAfterBusy(t *testing.T, b wrWakeBundle) {
+	l := b.listen(b.w)
+	b.idle(l)
+	if err := l.Busy(b.ctx); err != nil {
+		t.Fatalf("Busy: %v", err)
+	}
+	b.idle(l)
+	b.commit(b.signalled(b.h, wrFresh(1)...))
+	if !b.wait(l, wakeBound) {
+		t.Fatalf("no signal within %v of a signalled insert after Busy and Idle", wakeBound)
 	}
 }
 

@@ -24,18 +24,20 @@ type outboxListener struct {
 }
 
 // Idle implements outbox.Listener. A memory commit is one step, so Idle
-// never answers busy.
+// never answers busy for a producer in flight; it answers not idle, with
+// the newest entry, when there is one after the cursor to walk first.
+// Commits hold the store's mutex while they signal, so none can slip
+// between the read and the idle state.
 func (o outboxListener) Idle(ctx context.Context, after outbox.Cursor) (bool, uint64, error) {
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	if n := len(o.s.entries); n > 0 && o.s.entries[n-1].Cursor().Compare(after) > 0 {
+		return false, o.s.entries[n-1].XID, o.l.setBusy(ctx)
+	}
 	if err := o.l.setIdle(ctx); err != nil {
 		return false, 0, err
 	}
-	o.s.mu.Lock()
-	defer o.s.mu.Unlock()
-	var newest uint64
-	if n := len(o.s.entries); n > 0 && o.s.entries[n-1].Cursor().Compare(after) > 0 {
-		newest = o.s.entries[n-1].XID
-	}
-	return true, newest, nil
+	return true, 0, nil
 }
 
 // Wait implements outbox.Listener.

@@ -72,6 +72,20 @@ func (l *listener) setIdle(ctx context.Context) error {
 	return nil
 }
 
+// setBusy ends l's idle state: commits stop signalling it.
+func (l *listener) setBusy(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	if l.closed {
+		return ErrListenerClosed
+	}
+	l.idle = false
+	return nil
+}
+
 // wait blocks until a signal is pending and takes it, ending the idle
 // state as a database listener's wake does.
 func (l *listener) wait(ctx context.Context) (uint64, error) {

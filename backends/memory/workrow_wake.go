@@ -29,6 +29,9 @@ func (w workRowListener) Idle(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
+// Busy implements workrow.Listener.
+func (w workRowListener) Busy(ctx context.Context) error { return w.l.setBusy(ctx) }
+
 // Wait implements workrow.Listener.
 func (w workRowListener) Wait(ctx context.Context) error {
 	_, err := w.l.wait(ctx)

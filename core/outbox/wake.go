@@ -27,8 +27,9 @@ import (
 //     commits after Idle answered, is never missed: Idle answers busy
 //     while that transaction is open, or its commit makes Wait return.
 //   - O40 newest: Idle reports the largest xid of the entries committed
-//     after the given cursor before it answered, and 0 when there are
-//     none, whether or not they are below the horizon yet.
+//     after the given cursor before it answered, whether or not they are
+//     below the horizon yet, and then does not answer idle; with none, it
+//     reports 0.
 //   - O41 timeout: a Wait whose ctx ends first returns an error wrapping
 //     ctx's, and the listener goes on working: a later commit makes the
 //     next Wait return.
@@ -44,15 +45,16 @@ type Waker interface {
 // Listener is one listening session of a Waker. It is used by one
 // goroutine at a time.
 type Listener interface {
-	// Idle tells producers that this listener waits: from its answer on,
-	// every commit of an entry signals it, until Wait returns a signal
-	// (which may end the idle state again). It answers busy (idle false)
-	// when an entry is being enqueued by a transaction that might commit
-	// without signalling; ask again shortly, after walking once more.
+	// Idle tells producers that this listener waits: from an idle answer
+	// on, every commit of an entry signals it, until Wait returns a
+	// signal (which may end the idle state again).
 	//
-	// newest is the largest xid of the entries after the cursor after
-	// that committed before the answer (0 for none): those will not
-	// signal, so the caller walks them first.
+	// It answers not idle in two cases. newest is the largest xid of the
+	// entries after the cursor after that committed before the answer:
+	// those will not signal, so the caller walks them first (and asks
+	// again). Or newest is 0 and the answer is busy: an entry is being
+	// enqueued by a transaction that might commit without signalling;
+	// ask again shortly, after walking once more.
 	Idle(ctx context.Context, after Cursor) (idle bool, newest uint64, err error)
 
 	// Wait blocks until at least one signal has arrived, ctx ends (an
@@ -211,11 +213,11 @@ func (k *wake) rest(ctx context.Context, w *walker, delay time.Duration) bool {
 	case err != nil:
 		k.drop(err)
 		return sleep(ctx, nil, min(delay, k.untilRetry()))
-	case !idle:
-		return sleep(ctx, nil, k.back.next(delay))
 	case newest > w.cur.XID:
 		k.target = newest
 		return true // committed since the pass read: walk again at once
+	case !idle:
+		return sleep(ctx, nil, k.back.next(delay))
 	}
 	k.back.reset()
 	wctx, cancel := context.WithTimeout(ctx, delay)

@@ -17,7 +17,7 @@ import (
 // producers under load, whose rows busy workers claim anyway, pay nothing
 // for it. Every listener of the table hears every signal.
 //
-// The rules a Waker keeps are numbered W16 to W19; conformance.RunWorkRows
+// The rules a Waker keeps are numbered W16 to W20; conformance.RunWorkRows
 // checks them when the harness's Store is a Waker and the harness can
 // signal.
 //
@@ -31,6 +31,8 @@ import (
 //     while that transaction is open, or its commit makes Wait return.
 //   - W19 own table: signals for another table (another schema of the
 //     same database included) do not make Wait return.
+//   - W20 busy: after Busy, Idle starts a new idle state, in which a
+//     signalled commit makes Wait return again.
 type Waker interface {
 	// Listen opens a listening session, on a connection of its own where
 	// the store is a database, and returns once it listens. The session
@@ -47,6 +49,11 @@ type Listener interface {
 	// while a transaction that signalled before might commit unheard;
 	// claim again shortly.
 	Idle(ctx context.Context) (bool, error)
+
+	// Busy ends the idle state: producers need not signal while the
+	// caller works (the claim that followed Idle found rows). The next
+	// Idle starts a new one.
+	Busy(ctx context.Context) error
 
 	// Wait blocks until at least one signal has arrived, ctx ends (an
 	// error wrapping ctx's; the session stays usable) or the session
@@ -99,8 +106,22 @@ func (k *wake) close() {
 	}
 }
 
-// claimed tells the loop found rows: the next idle period starts afresh.
-func (k *wake) claimed() { k.busyGap = 0 }
+// claimed tells the loop found rows: the next idle period starts afresh,
+// and a session left idle by the claim that followed Idle gives its idle
+// state back, so producers stop signalling while the rows are worked.
+func (k *wake) claimed(ctx context.Context) {
+	k.busyGap = 0
+	if k.l == nil || !k.idle {
+		return
+	}
+	k.idle = false
+	ictx, cancel := context.WithTimeout(ctx, sessionTimeout)
+	err := k.l.Busy(ictx)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		k.drop(err)
+	}
+}
 
 func (k *wake) drop(err error) {
 	k.log("baton: listening for work rows failed; polling every IdleDelay until listening again", "err", err, "retry_in", k.retryGap)

@@ -82,7 +82,7 @@ func (w *Worker[K, R]) Run(ctx context.Context) error {
 			case b == nil:
 				pause, idle = w.cfg.IdleDelay, true
 			default:
-				k.claimed()
+				k.claimed(ctx)
 			}
 		}
 		if idle {

@@ -213,18 +213,28 @@ func (l *Listener) wait(ctx context.Context) (uint64, error) {
 		}
 		xid = max(xid, signalXID(n))
 	}
-	if l.held {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gateTimeout)
-		defer cancel()
-		if _, err := l.conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", l.key); err != nil {
-			return 0, l.fail(ctx, "give the idle gate back", err)
-		}
-		l.held = false
+	if err := l.Busy(ctx); err != nil {
+		return 0, err
 	}
 	return xid, nil
 }
 
-// gateTimeout bounds giving the gate back after a wake-up.
+// Busy implements workrow.Listener: it gives the gate back, if this
+// session holds it, so producers stop signalling while the caller works.
+func (l *Listener) Busy(ctx context.Context) error {
+	if !l.held {
+		return nil
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gateTimeout)
+	defer cancel()
+	if _, err := l.conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", l.key); err != nil {
+		return l.fail(ctx, "give the idle gate back", err)
+	}
+	l.held = false
+	return nil
+}
+
+// gateTimeout bounds giving the gate back.
 const gateTimeout = 10 * time.Second
 
 // signalXID is the xid an outbox signal carries; 0 for a work-row signal.
@@ -266,23 +276,41 @@ type OutboxListener struct{ *Listener }
 
 var _ outbox.Listener = (*OutboxListener)(nil)
 
-// Idle implements outbox.Listener: it takes the idle gate, unless
-// producers are in flight, then reads the newest entry after the cursor,
-// in a statement of its own that starts after the gate was taken.
+// Idle implements outbox.Listener. It reads the newest entry after the
+// cursor first: under load there is one, and Idle answers with it at once,
+// without touching the gate. Otherwise it takes the gate (unless producers
+// are in flight) and reads again, in a statement of its own that starts
+// after the gate was taken, for what committed in between; finding some,
+// it gives the gate back, since the caller walks first.
 func (l *OutboxListener) Idle(ctx context.Context, after outbox.Cursor) (bool, uint64, error) {
+	if xid, err := l.newestAfter(ctx, after); err != nil || xid != 0 {
+		if err == nil {
+			err = l.Busy(ctx) // held since an earlier answer
+		}
+		return false, xid, err
+	}
 	idle, err := l.Listener.Idle(ctx)
 	if err != nil || !idle {
 		return false, 0, err
 	}
+	xid, err := l.newestAfter(ctx, after)
+	if err != nil || xid == 0 {
+		return err == nil, 0, err
+	}
+	return false, xid, l.Busy(ctx)
+}
+
+// newestAfter is the xid of the newest entry after the cursor, 0 for none.
+func (l *OutboxListener) newestAfter(ctx context.Context, after outbox.Cursor) (uint64, error) {
 	var xid uint64
-	err = l.conn.QueryRow(ctx, l.newest, after.XID, [16]byte(after.ID)).Scan(&xid)
+	err := l.conn.QueryRow(ctx, l.newest, after.XID, [16]byte(after.ID)).Scan(&xid)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return true, 0, nil
+		return 0, nil
 	case err != nil:
-		return false, 0, l.fail(ctx, "read the newest entry", err)
+		return 0, l.fail(ctx, "read the newest entry", err)
 	}
-	return true, xid, nil
+	return xid, nil
 }
 
 // Wait implements outbox.Listener.
