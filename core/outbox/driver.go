@@ -145,6 +145,10 @@ type walker struct {
 	// idle says the last pass caught up: it settled without a stop and
 	// read less than a full batch, so its pause may end at a signal.
 	idle bool
+	// counterAt is when the pass last compared the cursor with the
+	// transaction counter: a walk woken at every commit catches up at
+	// every pass, and checks at most once per IdleDelay.
+	counterAt time.Time
 }
 
 func (w *walker) load(ctx context.Context) error {
@@ -199,7 +203,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 			cfg.Logger.Error("outbox: refusing to walk", "err", err)
 			return w.settleFailure(ctx, now, stopInfo{reason: err.Error()}, true)
 		}
-		w.checkCounter = false
+		w.checkCounter, w.counterAt = false, now
 	}
 	entries, err := cfg.Store.Scan(ctx, w.cur, cfg.BatchSize)
 	if err != nil {
@@ -316,7 +320,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		return cfg.ErrorDelay, false
 	}
 	w.h, w.cur = next, to
-	w.checkCounter = len(entries) < cfg.BatchSize
+	w.checkCounter = len(entries) < cfg.BatchSize && now.Sub(w.counterAt) >= cfg.IdleDelay
 
 	switch {
 	case stop != nil && stop.retryAfter > 0:

@@ -112,8 +112,9 @@ type OutboxStatements struct {
 	RebaseCount    string
 	RebaseMove     string
 	// Newest is what an idle listener reads: the newest entry after a
-	// cursor, whatever the horizon.
-	Newest string
+	// cursor, whatever the horizon; Gate takes its idle gate when there
+	// is none.
+	Newest, Gate string
 }
 
 // Statements returns the store's statements.
@@ -142,6 +143,7 @@ FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 		RebaseCount:    outboxRebaseSQL(t, false),
 		RebaseMove:     outboxRebaseSQL(t, true),
 		Newest:         outboxNewestSQL(t),
+		Gate:           outboxGateSQL(t),
 	}
 }
 

@@ -90,12 +90,32 @@ FROM (SELECT $1::text::regclass::oid AS oid) AS t`
 // does.
 const tableOIDSQL = `SELECT $1::text::regclass::oid::int8`
 
-// gateSQL takes the idle gate $1 if it is free, and otherwise says who
-// holds it: 1 this session now holds it, 2 producers hold it shared (busy),
-// 3 another listener holds it.
-const gateSQL = `SELECT CASE WHEN pg_try_advisory_lock($1) THEN 1
+// What gateSQL answers.
+const (
+	gateNotTried      = 0 // entries lie after the cursor: the gate was not asked for
+	gateTaken         = 1 // this session now holds it
+	gateBusy          = 2 // producers hold it shared: in flight
+	gateHeldElsewhere = 3 // another listener of the table holds it
+)
+
+// gateCases takes the idle gate $1 if it is free, and otherwise says who
+// holds it.
+const gateCases = `WHEN pg_try_advisory_lock($1) THEN 1
             WHEN pg_try_advisory_lock_shared($1) THEN CASE WHEN pg_advisory_unlock_shared($1) THEN 2 ELSE 2 END
             ELSE 3 END`
+
+// gateSQL is gateCases as a statement.
+const gateSQL = `SELECT CASE ` + gateCases
+
+// outboxGateSQL is gateSQL for the quoted outbox table t, asked only when
+// no entry lies after the cursor $2/$3 (gateNotTried otherwise).
+func outboxGateSQL(t string) string {
+	// The newest entry, not EXISTS: its ORDER BY keeps the generic plan
+	// on baton_outbox_walk, where EXISTS would let it scan the table.
+	return `SELECT CASE WHEN (SELECT xid FROM ` + t + ` WHERE (xid, id) > ($2::xid8, $3::uuid)
+                ORDER BY xid DESC, id DESC LIMIT 1) IS NOT NULL THEN 0
+            ` + gateCases
+}
 
 // outboxNewestSQL reads the newest entry of the quoted outbox table t after
 // the cursor $1/$2, committed whatever the horizon, along
@@ -117,6 +137,7 @@ type Listener struct {
 	channel string
 	key     int64
 	newest  string // the outbox's newest-entry statement; "" for work rows
+	gate    string // the outbox's gate statement
 	held    bool   // this session holds the idle gate
 	release func() // gives the connection back to the adapter, which closes it
 }
@@ -146,7 +167,7 @@ func (s *OutboxStore) ListenOutbox(ctx context.Context, conn *pgx.Conn, release 
 	if err != nil {
 		return nil, err
 	}
-	l.newest = s.sql.Newest
+	l.newest, l.gate = s.sql.Newest, s.sql.Gate
 	return &OutboxListener{l}, nil
 }
 
@@ -185,8 +206,8 @@ func (l *Listener) Idle(ctx context.Context) (bool, error) {
 	if err := l.conn.QueryRow(ctx, gateSQL, l.key).Scan(&who); err != nil {
 		return false, l.fail(ctx, "take the idle gate", err)
 	}
-	l.held = who == 1
-	return who != 2, nil
+	l.held = who == gateTaken
+	return who != gateBusy, nil
 }
 
 // Wait implements workrow.Listener.
@@ -276,28 +297,53 @@ type OutboxListener struct{ *Listener }
 
 var _ outbox.Listener = (*OutboxListener)(nil)
 
-// Idle implements outbox.Listener. It reads the newest entry after the
-// cursor first: under load there is one, and Idle answers with it at once,
-// without touching the gate. Otherwise it takes the gate (unless producers
-// are in flight) and reads again, in a statement of its own that starts
-// after the gate was taken, for what committed in between; finding some,
-// it gives the gate back, since the caller walks first.
+// Idle implements outbox.Listener, in one round trip: one statement takes
+// the gate only if no entry lies after the cursor (under load there is one,
+// and the gate is not touched), the next, which starts after the first has
+// ended, reads the newest entry after the cursor, for what committed before
+// the gate was taken. Finding one, Idle gives the gate back: the caller
+// walks first.
 func (l *OutboxListener) Idle(ctx context.Context, after outbox.Cursor) (bool, uint64, error) {
-	if xid, err := l.newestAfter(ctx, after); err != nil || xid != 0 {
-		if err == nil {
-			err = l.Busy(ctx) // held since an earlier answer
+	if l.held {
+		xid, err := l.newestAfter(ctx, after)
+		switch {
+		case err != nil:
+			return false, 0, err
+		case xid != 0:
+			return false, xid, l.Busy(ctx)
 		}
-		return false, xid, err
+		return true, 0, nil
 	}
-	idle, err := l.Listener.Idle(ctx)
-	if err != nil || !idle {
-		return false, 0, err
+	b := &pgx.Batch{}
+	b.Queue(l.gate, l.key, after.XID, [16]byte(after.ID))
+	b.Queue(l.newest, after.XID, [16]byte(after.ID))
+	res := l.conn.SendBatch(ctx, b)
+	var (
+		who int
+		xid uint64
+	)
+	err := res.QueryRow().Scan(&who)
+	if err == nil {
+		if err = res.QueryRow().Scan(&xid); errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
 	}
-	xid, err := l.newestAfter(ctx, after)
-	if err != nil || xid == 0 {
-		return err == nil, 0, err
+	if cerr := res.Close(); err == nil {
+		err = cerr
 	}
-	return false, xid, l.Busy(ctx)
+	if err != nil {
+		// Whether the gate was taken is unknown: the session is closed
+		// by the caller, and the gate with it.
+		return false, 0, l.fail(ctx, "take the idle gate", err)
+	}
+	l.held = who == gateTaken
+	switch {
+	case xid != 0:
+		return false, xid, l.Busy(ctx)
+	case who == gateTaken, who == gateHeldElsewhere:
+		return true, 0, nil
+	}
+	return false, 0, nil // producers in flight
 }
 
 // newestAfter is the xid of the newest entry after the cursor, 0 for none.
