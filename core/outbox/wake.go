@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/baton-go/baton/core/internal/listen"
 )
 
 // Waker is what a Store implements, besides Store, when its producers
@@ -67,119 +69,43 @@ type Listener interface {
 	Close() error
 }
 
-// The pace of the driver's listening. A woken pass that finds nothing,
-// because the horizon has not passed the signalled xid yet (another
-// transaction holding an xid is still open), scans again after
-// wakeRetryFirst, then twice as long each time up to wakeRetryCap; a
-// horizon pinned for longer than wakeRetryShare×wakeRetryCap is scanned
-// every 1/wakeRetryShare of the time it has been pinned, and never less
-// often than IdleDelay. So an entry behind a short transaction goes out
-// within milliseconds of its end, and one behind a long transaction costs
-// a few scans a second at most. The same pace applies while producers are
-// in flight (Idle answered busy).
-const (
-	wakeRetryFirst = time.Millisecond
-	wakeRetryCap   = 20 * time.Millisecond
-	wakeRetryShare = 100
-	// listenRetryFirst is the pause before listening again after the
-	// session failed or could not be opened; it doubles up to ErrorDelay.
-	listenRetryFirst = 100 * time.Millisecond
-	// sessionTimeout bounds opening a session and asking it Idle: a
-	// connection that hangs (a dropped route) must not stall the walk.
-	sessionTimeout = 10 * time.Second
-)
-
-// retry is a growing pause: retryFirst, doubling up to retryCap, and
-// beyond that a share of the time since the first.
-type retry struct {
-	gap   time.Duration
-	since time.Time
-}
-
-func (r *retry) reset() { r.gap = 0 }
-
-func (r *retry) next(limit time.Duration) time.Duration {
-	now := time.Now()
-	if r.gap == 0 {
-		r.gap, r.since = wakeRetryFirst, now
-	} else {
-		r.gap = min(2*r.gap, max(wakeRetryCap, now.Sub(r.since)/wakeRetryShare))
-	}
-	return min(r.gap, limit)
-}
-
-// wake is one leadership term's listening: the listener, when the store
-// can wake the driver, and what the signals said.
+// wake is one leadership term's listening: the session, when the store
+// can wake the driver, and what the signals said. The pace of its retries
+// and rescans is listen's: a woken pass that finds nothing, because the
+// horizon has not passed the signalled xid yet (another transaction
+// holding an xid is still open), scans again after 1ms, doubling up to
+// 20ms, and a horizon pinned for longer than 2s is scanned every
+// hundredth of the time it has been pinned, never less often than
+// IdleDelay; the same pace holds while producers are in flight (Idle
+// answered busy).
 type wake struct {
-	d     *Driver
-	waker Waker    // nil: poll only
-	l     Listener // nil: not listening now
-	// retryAt is when to try listening again; retryGap the pause after
-	// the next failure.
-	retryAt  time.Time
-	retryGap time.Duration
+	waker Waker // nil: poll only
+	s     listen.Session[Listener]
 	// target is the newest xid known to have committed entries that the
 	// walk has not reached: signalled, or reported by Idle.
 	target uint64
-	back   retry
+	back   listen.Pause
 	seen   Cursor // the cursor at the last rest, to tell progress
 }
 
 func (d *Driver) newWake() *wake {
-	k := &wake{d: d}
+	k := &wake{}
 	if w, ok := d.cfg.Store.(Waker); ok && !d.cfg.PollOnly {
 		k.waker = w
+	}
+	k.s = listen.Session[Listener]{
+		Open: func(ctx context.Context) (Listener, error) { return k.waker.Listen(ctx) },
+		Failed: func(err error, retryIn time.Duration) {
+			d.cfg.Logger.Warn("outbox: listening for commits failed; polling every IdleDelay until listening again",
+				"err", err, "retry_in", retryIn)
+		},
+		ErrorDelay: d.cfg.ErrorDelay,
 	}
 	return k
 }
 
 // close ends the term's listening session.
-func (k *wake) close() {
-	if k.l != nil {
-		_ = k.l.Close()
-		k.l = nil
-	}
-}
-
-// drop closes a failed session; the walk polls until listening again.
-func (k *wake) drop(err error) {
-	k.d.cfg.Logger.Warn("outbox: listening for commits failed; polling every IdleDelay until listening again",
-		"err", err, "retry_in", k.retryGap)
-	k.close()
-	k.retryAt = time.Now().Add(k.retryGap)
-	k.retryGap = min(2*k.retryGap, k.d.cfg.ErrorDelay)
-}
-
-// listener returns the session, opening it when none is open and the
-// retry pause has passed; nil when not listening.
-func (k *wake) listener(ctx context.Context) Listener {
-	if k.l != nil || time.Now().Before(k.retryAt) {
-		return k.l
-	}
-	if k.retryGap == 0 {
-		k.retryGap = min(listenRetryFirst, k.d.cfg.ErrorDelay)
-	}
-	lctx, cancel := context.WithTimeout(ctx, sessionTimeout)
-	l, err := k.waker.Listen(lctx)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			k.drop(err)
-		}
-		return nil
-	}
-	k.l, k.retryGap = l, min(listenRetryFirst, k.d.cfg.ErrorDelay)
-	return l
-}
-
-// untilRetry is the pause before trying to listen again (IdleDelay when
-// not listening, or no store to listen to).
-func (k *wake) untilRetry() time.Duration {
-	if k.waker == nil {
-		return k.d.cfg.IdleDelay
-	}
-	return max(time.Until(k.retryAt), 0)
-}
+func (k *wake) close() { k.s.Close() }
 
 // rest is the pause after a pass that asked for delay. After a pass that
 // found the walk caught up (w.idle), it waits for a signal instead, up to
@@ -192,34 +118,34 @@ func (k *wake) rest(ctx context.Context, w *walker, delay time.Duration) bool {
 	}
 	if w.cur != k.seen {
 		k.seen = w.cur
-		k.back.reset()
+		k.back.Reset()
 	}
 	if k.target > w.cur.XID {
 		// Committed, signalled or reported, and not walked: the horizon
 		// holds it back.
-		return sleep(ctx, nil, k.back.next(delay))
+		return sleep(ctx, nil, k.back.Next(delay))
 	}
 	k.target = 0
-	l := k.listener(ctx)
-	if l == nil {
-		return sleep(ctx, nil, min(delay, k.untilRetry()))
+	l, ok := k.s.Get(ctx)
+	if !ok {
+		return sleep(ctx, nil, min(delay, k.s.UntilRetry()))
 	}
-	ictx, cancel := context.WithTimeout(ctx, sessionTimeout)
+	ictx, cancel := context.WithTimeout(ctx, listen.Timeout)
 	idle, newest, err := l.Idle(ictx, w.cur)
 	cancel()
 	switch {
 	case ctx.Err() != nil:
 		return false
 	case err != nil:
-		k.drop(err)
-		return sleep(ctx, nil, min(delay, k.untilRetry()))
+		k.s.Drop(err)
+		return sleep(ctx, nil, min(delay, k.s.UntilRetry()))
 	case newest > w.cur.XID:
 		k.target = newest
 		return true // committed since the pass read: walk again at once
 	case !idle:
-		return sleep(ctx, nil, k.back.next(delay))
+		return sleep(ctx, nil, k.back.Next(delay))
 	}
-	k.back.reset()
+	k.back.Reset()
 	wctx, cancel := context.WithTimeout(ctx, delay)
 	xid, err := l.Wait(wctx)
 	timedOut := wctx.Err() != nil
@@ -232,7 +158,7 @@ func (k *wake) rest(ctx context.Context, w *walker, delay time.Duration) bool {
 	case timedOut && errors.Is(err, context.DeadlineExceeded):
 		// IdleDelay passed without a signal: poll, still listening.
 	default:
-		k.drop(err)
+		k.s.Drop(err)
 	}
 	return true
 }

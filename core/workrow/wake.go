@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/baton-go/baton/core/internal/listen"
 )
 
 // Waker is what a Store implements, besides Store, when the inserts into
@@ -65,89 +67,53 @@ type Listener interface {
 	Close() error
 }
 
-// The pace of a listening Run. While Idle answers busy (an insert in
-// flight) the loop claims again after wakeRetryFirst, doubling up to
-// wakeRetryCap (and never waiting longer than IdleDelay). After the
-// session failed, Listen is tried again after listenRetryFirst, doubling
-// up to ErrorDelay; meanwhile the loop polls every IdleDelay.
-const (
-	wakeRetryFirst   = time.Millisecond
-	wakeRetryCap     = 20 * time.Millisecond
-	listenRetryFirst = 100 * time.Millisecond
-	// sessionTimeout bounds opening a session and asking it Idle.
-	sessionTimeout = 10 * time.Second
-)
-
-// wake is one Run's listening.
+// wake is one Run's listening. The pace is listen's: while Idle answers
+// busy (an insert in flight) the loop claims again after 1ms, doubling up
+// to 20ms (and never waiting longer than IdleDelay); after the session
+// failed, Listen is tried again after 100ms, doubling up to ErrorDelay,
+// and meanwhile the loop polls every IdleDelay.
 type wake struct {
-	log   func(msg string, args ...any)
-	waker Waker    // nil: poll only
-	l     Listener // nil: not listening now
+	waker Waker // nil: poll only
+	s     listen.Session[Listener]
 	// idle says the session answered idle and has not been woken since.
-	idle     bool
-	retryAt  time.Time
-	retryGap time.Duration
-	errDelay time.Duration
-	busyGap  time.Duration
+	idle bool
+	busy listen.Pause
 }
 
 func (w *Worker[K, R]) newWake() *wake {
-	k := &wake{log: w.cfg.Logger.Warn, errDelay: w.cfg.ErrorDelay}
+	k := &wake{}
 	if wk, ok := w.cfg.Store.(Waker); ok && !w.cfg.PollOnly {
 		k.waker = wk
+	}
+	k.s = listen.Session[Listener]{
+		Open: func(ctx context.Context) (Listener, error) { return k.waker.Listen(ctx) },
+		Failed: func(err error, retryIn time.Duration) {
+			k.idle = false
+			w.cfg.Logger.Warn("baton: listening for work rows failed; polling every IdleDelay until listening again", "err", err, "retry_in", retryIn)
+		},
+		ErrorDelay: w.cfg.ErrorDelay,
 	}
 	return k
 }
 
-func (k *wake) close() {
-	if k.l != nil {
-		_ = k.l.Close()
-		k.l, k.idle = nil, false
-	}
-}
+func (k *wake) close() { k.s.Close() }
 
 // claimed tells the loop found rows: the next idle period starts afresh,
 // and a session left idle by the claim that followed Idle gives its idle
 // state back, so producers stop signalling while the rows are worked.
 func (k *wake) claimed(ctx context.Context) {
-	k.busyGap = 0
-	if k.l == nil || !k.idle {
+	k.busy.Reset()
+	l, ok := k.s.Current()
+	if !ok || !k.idle {
 		return
 	}
 	k.idle = false
-	ictx, cancel := context.WithTimeout(ctx, sessionTimeout)
-	err := k.l.Busy(ictx)
+	ictx, cancel := context.WithTimeout(ctx, listen.Timeout)
+	err := l.Busy(ictx)
 	cancel()
 	if err != nil && ctx.Err() == nil {
-		k.drop(err)
+		k.s.Drop(err)
 	}
-}
-
-func (k *wake) drop(err error) {
-	k.log("baton: listening for work rows failed; polling every IdleDelay until listening again", "err", err, "retry_in", k.retryGap)
-	k.close()
-	k.retryAt = time.Now().Add(k.retryGap)
-	k.retryGap = min(2*k.retryGap, k.errDelay)
-}
-
-func (k *wake) listener(ctx context.Context) Listener {
-	if k.l != nil || time.Now().Before(k.retryAt) {
-		return k.l
-	}
-	if k.retryGap == 0 {
-		k.retryGap = min(listenRetryFirst, k.errDelay)
-	}
-	lctx, cancel := context.WithTimeout(ctx, sessionTimeout)
-	l, err := k.waker.Listen(lctx)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			k.drop(err)
-		}
-		return nil
-	}
-	k.l, k.retryGap = l, min(listenRetryFirst, k.errDelay)
-	return l
 }
 
 // rest is the pause after a claim that found nothing: up to idle
@@ -156,31 +122,27 @@ func (k *wake) listener(ctx context.Context) Listener {
 // committed between the empty claim and the answer, which did not signal.
 func (k *wake) rest(ctx context.Context, idle time.Duration) bool {
 	if k.waker == nil {
-		return waitFor(ctx, idle)
+		return listen.Sleep(ctx, idle)
 	}
-	l := k.listener(ctx)
-	if l == nil {
-		return waitFor(ctx, min(idle, max(time.Until(k.retryAt), 0)))
+	l, ok := k.s.Get(ctx)
+	if !ok {
+		return listen.Sleep(ctx, min(idle, k.s.UntilRetry()))
 	}
 	if !k.idle {
-		ictx, cancel := context.WithTimeout(ctx, sessionTimeout)
+		ictx, cancel := context.WithTimeout(ctx, listen.Timeout)
 		ok, err := l.Idle(ictx)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return false
 		case err != nil:
-			k.drop(err)
-			return waitFor(ctx, min(idle, max(time.Until(k.retryAt), 0)))
+			k.s.Drop(err)
+			return listen.Sleep(ctx, min(idle, k.s.UntilRetry()))
 		case !ok:
-			if k.busyGap == 0 {
-				k.busyGap = wakeRetryFirst
-			} else {
-				k.busyGap = min(2*k.busyGap, wakeRetryCap)
-			}
-			return waitFor(ctx, min(idle, k.busyGap))
+			return listen.Sleep(ctx, k.busy.Next(idle))
 		}
-		k.idle, k.busyGap = true, 0
+		k.idle = true
+		k.busy.Reset()
 		return true
 	}
 	wctx, cancel := context.WithTimeout(ctx, idle)
@@ -195,22 +157,7 @@ func (k *wake) rest(ctx context.Context, idle time.Duration) bool {
 	case timedOut && errors.Is(err, context.DeadlineExceeded):
 		// IdleDelay passed without a signal: poll, still idle.
 	default:
-		k.drop(err)
+		k.s.Drop(err)
 	}
 	return true
-}
-
-// waitFor waits d; false when ctx ended first.
-func waitFor(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
