@@ -32,9 +32,9 @@ func (o outboxListener) Idle(ctx context.Context, after outbox.Cursor) (bool, ui
 	o.s.mu.Lock()
 	defer o.s.mu.Unlock()
 	if n := len(o.s.entries); n > 0 && o.s.entries[n-1].Cursor().Compare(after) > 0 {
-		return false, o.s.entries[n-1].XID, o.l.setBusy(ctx)
+		return false, o.s.entries[n-1].XID, o.l.setIdle(ctx, false)
 	}
-	if err := o.l.setIdle(ctx); err != nil {
+	if err := o.l.setIdle(ctx, true); err != nil {
 		return false, 0, err
 	}
 	return true, 0, nil

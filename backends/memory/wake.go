@@ -58,8 +58,8 @@ func (b *bus) signal(xid uint64) {
 	}
 }
 
-// setIdle marks l idle: commits signal it from now on.
-func (l *listener) setIdle(ctx context.Context) error {
+// setIdle marks l idle (commits signal it from now on) or not.
+func (l *listener) setIdle(ctx context.Context, idle bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -68,21 +68,7 @@ func (l *listener) setIdle(ctx context.Context) error {
 	if l.closed {
 		return ErrListenerClosed
 	}
-	l.idle = true
-	return nil
-}
-
-// setBusy ends l's idle state: commits stop signalling it.
-func (l *listener) setBusy(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
-	if l.closed {
-		return ErrListenerClosed
-	}
-	l.idle = false
+	l.idle = idle
 	return nil
 }
 

@@ -23,14 +23,14 @@ type workRowListener struct{ l *listener }
 // Idle implements workrow.Listener. An Insert is one step, so Idle never
 // answers busy.
 func (w workRowListener) Idle(ctx context.Context) (bool, error) {
-	if err := w.l.setIdle(ctx); err != nil {
+	if err := w.l.setIdle(ctx, true); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
 // Busy implements workrow.Listener.
-func (w workRowListener) Busy(ctx context.Context) error { return w.l.setBusy(ctx) }
+func (w workRowListener) Busy(ctx context.Context) error { return w.l.setIdle(ctx, false) }
 
 // Wait implements workrow.Listener.
 func (w workRowListener) Wait(ctx context.Context) error {

@@ -118,7 +118,7 @@ func (p *pairs[K]) sample(ctx context.Context, n int, elapsed time.Duration) (Sa
 // Paced starts op rate times a second for d, from goroutines enough to keep
 // the pace, and returns how many it started.
 func Paced(ctx context.Context, rate float64, d time.Duration, op func(ctx context.Context) error) (int, error) {
-	const workers = 16
+	const workers = 32
 	ticks := make(chan struct{}, workers)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
@@ -210,6 +210,26 @@ func warmUp[K comparable](ctx context.Context, p *pairs[K], commit func(ctx cont
 	return nil
 }
 
+// paced warms up with commit, then commits rate times a second for d and
+// returns the latencies from each commit's return to its other end.
+func (p *pairs[K]) paced(ctx context.Context, rate float64, d time.Duration, commit func(ctx context.Context) (K, error)) (Sample, error) {
+	if err := warmUp(ctx, p, commit); err != nil {
+		return Sample{}, err
+	}
+	start := time.Now()
+	n, err := Paced(ctx, rate, d, func(ctx context.Context) error {
+		k, err := commit(ctx)
+		if err == nil {
+			p.committed(k)
+		}
+		return err
+	})
+	if err != nil {
+		return Sample{}, err
+	}
+	return p.sample(ctx, n, time.Since(start))
+}
+
 // OutboxLatency is commit-to-delivery at rate entries a second for d: a
 // leader with the default IdleDelay, listening, and producers committing
 // one entry per transaction with enqueue.
@@ -224,25 +244,10 @@ func OutboxLatency(name string, pool *pgxpool.Pool, st outbox.Store, enqueue fun
 				return Sample{}, err
 			}
 			defer stop()
-			commit := func(ctx context.Context) (outbox.ID, error) {
+			return p.paced(ctx, rate, d, func(ctx context.Context) (outbox.ID, error) {
 				id := outbox.NewID()
 				return id, enqueue(ctx, id)
-			}
-			if err := warmUp(ctx, p, commit); err != nil {
-				return Sample{}, err
-			}
-			start := time.Now()
-			n, err := Paced(ctx, rate, d, func(ctx context.Context) error {
-				id, err := commit(ctx)
-				if err == nil {
-					p.committed(id)
-				}
-				return err
 			})
-			if err != nil {
-				return Sample{}, err
-			}
-			return p.sample(ctx, n, time.Since(start))
 		},
 	}
 }
@@ -375,23 +380,17 @@ func WorkLatency[R any](name string, w *WakeRows, st workrow.Store[int64, R], in
 			done := make(chan struct{})
 			go func() { defer close(done); _ = wk.Run(rctx) }()
 			defer func() { cancel(); <-done }()
-			if err := warmUp(ctx, p, insert); err != nil {
-				return Sample{}, err
-			}
-			start := time.Now()
-			n, err := Paced(ctx, rate, d, func(ctx context.Context) error {
-				id, err := insert(ctx)
-				if err == nil {
-					p.committed(id)
-				}
-				return err
-			})
-			if err != nil {
-				return Sample{}, err
-			}
-			return p.sample(ctx, n, time.Since(start))
+			return p.paced(ctx, rate, d, insert)
 		},
 	}
+}
+
+// Loop is the enqueue loop of Producers.Enqueue with write as the
+// producer's write, and no leader.
+func (p *Producers) Loop(name string, producers int, d time.Duration, write func(ctx context.Context, tx pgx.Tx) error) System {
+	return System{Name: name, Run: func(ctx context.Context) (Sample, error) {
+		return Loop(ctx, producers, d, func(ctx context.Context) error { return p.Tx(ctx, write) })
+	}}
 }
 
 // EnqueueBeside is the enqueue loop of Producers.Enqueue with a leader

@@ -80,6 +80,23 @@ func AwaitGate(t *testing.T, ctx context.Context, admin *pgxpool.Pool, table str
 	return 0
 }
 
+// terminate ends the backend pid with pg_terminate_backend.
+func terminate(t *testing.T, ctx context.Context, admin *pgxpool.Pool, pid int32) {
+	t.Helper()
+	var killed bool
+	if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&killed); err != nil || !killed {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, killed, err)
+	}
+}
+
+// gateFree fails unless nobody holds table's gate: nobody listens.
+func gateFree(t *testing.T, ctx context.Context, admin *pgxpool.Pool, table string) {
+	t.Helper()
+	if pid, err := Gate(ctx, admin, table); err != nil || pid != 0 {
+		t.Fatalf("the gate is held by %d (%v) while listening is blocked", pid, err)
+	}
+}
+
 // watched is a store whose listening the scenario can cut off and watch.
 type watched struct {
 	inner   outbox.Waker
@@ -250,19 +267,14 @@ func DriverFallback(t *testing.T, o Outbox) {
 	first := AwaitGate(t, ctx, o.Admin, o.Table, 0)
 
 	w.block(true)
-	var killed bool
-	if err := o.Admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", first).Scan(&killed); err != nil || !killed {
-		t.Fatalf("pg_terminate_backend(%d) = %v, %v", first, killed, err)
-	}
+	terminate(t, ctx, o.Admin, first)
 	for range 3 {
 		id, err := o.Enqueue(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.await(t, id, "polling with the listening connection killed")
-		if pid, err := Gate(ctx, o.Admin, o.Table); err != nil || pid != 0 {
-			t.Fatalf("the gate is held by %d (%v) while listening is blocked", pid, err)
-		}
+		gateFree(t, ctx, o.Admin, o.Table)
 	}
 
 	w.block(false)
@@ -441,18 +453,13 @@ func WorkerFallback[R any](t *testing.T, w Work[R]) {
 	s := runWorker[R](t, ws, idle)
 	first := AwaitGate(t, ctx, w.Admin, w.Table, 0)
 	ws.set(true)
-	var killed bool
-	if err := w.Admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", first).Scan(&killed); err != nil || !killed {
-		t.Fatalf("pg_terminate_backend(%d) = %v, %v", first, killed, err)
-	}
+	terminate(t, ctx, w.Admin, first)
 	for id := int64(1); id <= 3; id++ {
 		if err := w.Insert(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		s.await(t, id, "polling with the listening connection killed")
-		if pid, err := Gate(ctx, w.Admin, w.Table); err != nil || pid != 0 {
-			t.Fatalf("the gate is held by %d (%v) while listening is blocked", pid, err)
-		}
+		gateFree(t, ctx, w.Admin, w.Table)
 	}
 	ws.set(false)
 	AwaitGate(t, ctx, w.Admin, w.Table, first)
