@@ -18,13 +18,13 @@ import (
 type wakeFlaw int
 
 const (
-	neverSignals      wakeFlaw = iota // commits signal nobody
-	rollbacksSignal                   // a rollback signals as a commit would
-	decidedAtEnqueue                  // a producer signals only if a listener was idle at its first write
-	newestIsZero                      // Idle reports no newest entry
-	deadAfterTimeout                  // a listener whose Wait timed out hears nothing more
-	oneChannelForAll                  // every store's producers signal every store's listeners
-	busyKills                         // a listener that was told Busy hears nothing more
+	neverSignals     wakeFlaw = iota // commits signal nobody
+	rollbacksSignal                  // a rollback signals as a commit would
+	decidedAtEnqueue                 // a producer signals only if a listener was idle at its first write
+	newestIsZero                     // Idle reports no newest entry
+	deadAfterTimeout                 // a listener whose Wait timed out hears nothing more
+	oneChannelForAll                 // every store's producers signal every store's listeners
+	busyKills                        // a listener that was told Busy hears nothing more
 )
 
 // flawedBus is a store's listeners.

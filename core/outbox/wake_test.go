@@ -69,23 +69,25 @@ func TestWake_PollOnlyWaitsForIdleDelay(t *testing.T) {
 func TestWake_ABurstDuringAPassIsOnePass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
-		rec := &recorder{lane: "a", calling: make(chan struct{})}
+		release := make(chan struct{})
+		var once sync.Once
+		rec := &recorder{lane: "a"}
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			once.Do(func() { <-release }) // the first delivery waits for the burst
+			return all(len(run), outbox.Delivered()), nil
+		})
 		cs := &countingStore{OutboxStore: r.store}
 		cfg := r.wakeConfig(rec)
 		cfg.Store, cfg.BatchSize = cs, 100
 		r.run(cfg)
 		synctest.Wait()
 		r.commit("a")
-		<-rec.calling // the pass is delivering
+		synctest.Wait() // the woken pass is delivering
 		for range 20 {
 			r.commit("a")
 		}
-		go func() {
-			for range rec.calling {
-			}
-		}()
+		close(release)
 		synctest.Wait()
-		close(rec.calling)
 		if n := len(rec.delivered()); n != 21 {
 			t.Fatalf("delivered %d entries, want 21", n)
 		}
