@@ -65,7 +65,8 @@ func TestWake_PollOnlyWaitsForIdleDelay(t *testing.T) {
 
 // A burst of commits while the leader delivers is one pass, not one per
 // commit: the leader is not idle while it works, so they do not signal,
-// and the Idle that follows reports them all.
+// and the Idle that follows reports them all; the next pass starts 2ms
+// later (streamPause), and takes them all.
 func TestWake_ABurstDuringAPassIsOnePass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
@@ -87,6 +88,7 @@ func TestWake_ABurstDuringAPassIsOnePass(t *testing.T) {
 			r.commit("a")
 		}
 		close(release)
+		time.Sleep(2 * time.Millisecond) // the pause after a pass that delivered, for the stream to gather
 		synctest.Wait()
 		if n := len(rec.delivered()); n != 21 {
 			t.Fatalf("delivered %d entries, want 21", n)
