@@ -325,11 +325,25 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 			// it next, the old leader included, holds a new term.
 			leader = ""
 		}
+		// The leader may have changed just before the fault, its new
+		// grant not yet reported when leaderNow looked (a lock lost on
+		// resuming from the previous pause, say): a grant to another driver
+		// after the victim's last one is a takeover too, and the fault then
+		// hit a standby.
 		var took int64
 		ok := col.waitFor(wait, func(es []event) bool {
+			var victimGranted int64
 			for _, e := range es {
-				if e.Kind == kindGranted && e.Child != leader && e.At > at {
-					took = e.At
+				if e.Kind == kindGranted && e.Child == leader {
+					victimGranted = e.At
+				}
+			}
+			if leader == "" {
+				victimGranted = at
+			}
+			for _, e := range es {
+				if e.Kind == kindGranted && e.Child != leader && e.At > victimGranted {
+					took = max(e.At, at) // at: already taken over when the fault came
 					return true
 				}
 			}
@@ -341,6 +355,10 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 		case !expectTakeover:
 			t.Logf("figure outbox %-5s failover %-5s none: the paused session keeps its advisory lock until it resumes", locks, kind)
 		default:
+			for _, c := range drivers {
+				t.Logf("driver %s (pid %d) output:\n%s", c.Name, c.Pid(), c.Output())
+			}
+			t.Logf("sessions holding or waiting for advisory locks:\n%s", advisorySessions(pgsrv.URL()))
 			t.Fatalf("%s of leader %s: no other driver was granted the lock within %v", kind, leader, wait)
 		}
 		switch kind {
@@ -523,4 +541,39 @@ func checkGrantTokensIncrease(es []event) violations {
 		}
 	}
 	return v
+}
+
+// advisorySessions describes the server's advisory locks and the sessions
+// that hold them, for the report of a takeover that did not happen.
+func advisorySessions(url string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err.Error()
+	}
+	defer pool.Close()
+	rows, err := pool.Query(ctx, `SELECT l.pid, l.granted, coalesce(a.client_port, 0), coalesce(a.state, ''),
+	coalesce(a.wait_event_type, ''), coalesce(a.wait_event, ''), coalesce(left(a.query, 120), ''), coalesce(a.state_change::text, '')
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b []byte
+	for rows.Next() {
+		var (
+			pid, port                                int
+			granted                                  bool
+			state, waitType, waitEvent, query, since string
+		)
+		if err := rows.Scan(&pid, &granted, &port, &state, &waitType, &waitEvent, &query, &since); err != nil {
+			return err.Error()
+		}
+		b = fmt.Appendf(b, "pid %d granted %v port %d state %q wait %s/%s since %s query %q\n", pid, granted, port, state, waitType, waitEvent, since, query)
+	}
+	if err := rows.Err(); err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
