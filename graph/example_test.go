@@ -24,7 +24,7 @@ func ExampleStandardProcessors() {
 	// after its write to the device row. With PostgreSQL the enqueue
 	// function is a closure over the transaction:
 	//	func(ctx context.Context, id outbox.ID, lane string, p []byte) error {
-	//		return postgres.Enqueue(ctx, tx, id, lane, p)
+	//		return pgxstore.Enqueue(ctx, tx, id, lane, p)
 	//	}
 	var table []outbox.Entry
 	enqueue := func(_ context.Context, id outbox.ID, lane string, payload []byte) error {

@@ -1,9 +1,9 @@
-package bunorm_test
+package bunstore_test
 
 import (
 	"github.com/uptrace/bun/migrate"
 
-	"github.com/baton-go/baton/backends/bunorm"
+	"github.com/baton-go/baton/backends/bunstore"
 )
 
 // Migrations are the example service's bun migrations. bun names a Go
@@ -13,5 +13,5 @@ import (
 var Migrations = migrate.NewMigrations()
 
 func init() {
-	Migrations.MustRegister(bunorm.MigrateUp, bunorm.MigrateDown)
+	Migrations.MustRegister(bunstore.MigrateUp, bunstore.MigrateDown)
 }

@@ -1,11 +1,11 @@
-package bunorm_test
+package bunstore_test
 
 import (
 	"context"
 
 	"github.com/uptrace/bun"
 
-	"github.com/baton-go/baton/backends/bunorm"
+	"github.com/baton-go/baton/backends/bunstore"
 )
 
 // The service's own work table, with its claim index, in the migration
@@ -16,7 +16,7 @@ func init() {
 			if _, err := tx.NewCreateTable().Model((*Delivery)(nil)).Exec(ctx); err != nil {
 				return err
 			}
-			ix, err := bunorm.ClaimIndex[Delivery](tx, deliveryRows)
+			ix, err := bunstore.ClaimIndex[Delivery](tx, deliveryRows)
 			if err != nil {
 				return err
 			}

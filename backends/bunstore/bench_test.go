@@ -1,4 +1,4 @@
-package bunorm
+package bunstore
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/uptrace/bun"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
@@ -23,7 +23,7 @@ import (
 // same operation on the bun adapter, alternately, each on a schema of its
 // own on the same server, and report both times and their ratio:
 //
-//	go test -run '^$' -bench BunVsPgx -benchtime 2000x ./backends/bunorm/
+//	go test -run '^$' -bench BunVsPgx -benchtime 2000x ./backends/bunstore/
 //
 // bun/pgx above 1 means bun is slower. docs/bun.md records and explains
 // the ratios.
@@ -48,12 +48,12 @@ func pair(b *testing.B, pgxOp, bunOp func()) {
 }
 
 // benchEnvs gives each adapter a migrated schema of its own: pgx's made by
-// postgres.Migrate, bun's by bunorm.Migrate.
+// pgxstore.Migrate, bun's by bunstore.Migrate.
 func benchEnvs(b *testing.B) (*testenv.PostgresEnv, *testenv.PostgresEnv, *bun.DB) {
 	b.Helper()
 	ctx := context.Background()
 	pgxEnv := testenv.Postgres(b)
-	if err := postgres.Migrate(ctx, pgxEnv.Pool, postgres.MigrateOptions{}); err != nil {
+	if err := pgxstore.Migrate(ctx, pgxEnv.Pool, pgxstore.MigrateOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	bunEnv, db := bunEnv(b)
@@ -72,7 +72,7 @@ func BenchmarkBunVsPgx_Enqueue(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := postgres.Enqueue(ctx, tx, outbox.NewID(), "bench", benchPayload); err != nil {
+		if err := pgxstore.Enqueue(ctx, tx, outbox.NewID(), "bench", benchPayload); err != nil {
 			b.Fatal(err)
 		}
 		if err := tx.Commit(ctx); err != nil {
@@ -138,7 +138,7 @@ func BenchmarkBunVsPgx_RelayPass(b *testing.B) {
 	pgxEnv, bunEnv, db := benchEnvs(b)
 	loadEntries(b, pgxEnv.Pool, 20_000)
 	loadEntries(b, bunEnv.Pool, 20_000)
-	pgxStore, err := postgres.NewOutboxStore(pgxEnv.Pool, postgres.OutboxStoreOptions{})
+	pgxStore, err := pgxstore.NewOutboxStore(pgxEnv.Pool, pgxstore.OutboxStoreOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func BenchmarkBunVsPgx_RelayPass(b *testing.B) {
 func workTable(b *testing.B, env *testenv.PostgresEnv, n int) {
 	b.Helper()
 	ctx := context.Background()
-	ix, err := (postgres.ClaimIndex{Table: "work_rows", Order: conformance.WorkRowsOrder, Live: conformance.WorkRowsLive}).DDL()
+	ix, err := (pgxstore.ClaimIndex{Table: "work_rows", Order: conformance.WorkRowsOrder, Live: conformance.WorkRowsLive}).DDL()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func BenchmarkBunVsPgx_ClaimFinalize(b *testing.B) {
 	bunEnv := testenv.Postgres(b)
 	workTable(b, pgxEnv, 20_000)
 	workTable(b, bunEnv, 20_000)
-	pgxStore, err := postgres.NewWorkRows[int64](pgxEnv.Pool, postgres.WorkRowsOptions[conformance.WorkRow]{
+	pgxStore, err := pgxstore.NewWorkRows[int64](pgxEnv.Pool, pgxstore.WorkRowsOptions[conformance.WorkRow]{
 		Table: "work_rows", Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder})
 	if err != nil {
 		b.Fatal(err)
@@ -224,7 +224,7 @@ func BenchmarkBunVsPgx_Heartbeat(b *testing.B) {
 		b.Run(fmt.Sprintf("roles=%d", roles), func(b *testing.B) {
 			pgxEnv, _, db := benchEnvs(b)
 			ctx := context.Background()
-			pgxStore, err := postgres.NewLeaseStore(pgxEnv.Pool, postgres.LeaseStoreOptions{})
+			pgxStore, err := pgxstore.NewLeaseStore(pgxEnv.Pool, pgxstore.LeaseStoreOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -278,11 +278,11 @@ func BenchmarkPgxUnpreparedVsPrepared_Heartbeat(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer simple.Close()
-	prepared, err := postgres.NewLeaseStore(pgxEnv.Pool, postgres.LeaseStoreOptions{})
+	prepared, err := pgxstore.NewLeaseStore(pgxEnv.Pool, pgxstore.LeaseStoreOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	unprepared, err := postgres.NewLeaseStore(simple, postgres.LeaseStoreOptions{})
+	unprepared, err := pgxstore.NewLeaseStore(simple, pgxstore.LeaseStoreOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package bunorm is baton's PostgreSQL backend for services whose data layer
+// Package bunstore is baton's PostgreSQL backend for services whose data layer
 // is uptrace/bun: the pgx backend's tables, statements, migrations and
 // errors (both adapters run backends/internal/pgsql), on a bun.IDB, so every
 // store works on a *bun.DB, a bun.Tx or a bun.Conn, and a bun node and a pgx
@@ -30,4 +30,4 @@
 // (ClaimWith, FinalizeWith), whose values bun writes into the statement as
 // quoted literals: safe only with standard_conforming_strings on, which
 // every constructor checks (ErrNonStandardStrings).
-package bunorm
+package bunstore

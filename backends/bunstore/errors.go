@@ -1,4 +1,4 @@
-package bunorm
+package bunstore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 )
 
 // baton's sentinel errors: the same values the pgx adapter
-// (backends/postgres) returns, so errors.Is gives the same answer on either.
+// (backends/pgxstore) returns, so errors.Is gives the same answer on either.
 var (
 	// ErrSchemaMismatch is wrapped by every error caused by a missing or out
 	// of date table or column, and matched by every *SchemaError.
@@ -45,7 +45,7 @@ type SchemaError = pgsql.SchemaError
 // ordinary characters in such literals; with the setting off a backslash
 // escapes the quote after it, so a value holding \' ends the literal early
 // and the rest of it runs as SQL.
-var ErrNonStandardStrings = errors.New("baton/bunorm: the session has standard_conforming_strings off")
+var ErrNonStandardStrings = errors.New("baton/bunstore: the session has standard_conforming_strings off")
 
 // checkSession refuses a session in which bun's literals are not safe. The
 // stores run it once, when they are built: the setting comes from the
@@ -54,10 +54,10 @@ var ErrNonStandardStrings = errors.New("baton/bunorm: the session has standard_c
 func checkSession(ctx context.Context, q pgsql.Querier, caller string) error {
 	var v string
 	if err := q.QueryRow(ctx, `SELECT current_setting('standard_conforming_strings')`).Scan(&v); err != nil {
-		return fmt.Errorf("baton/bunorm: %s: reading standard_conforming_strings: %w", caller, err)
+		return fmt.Errorf("baton/bunstore: %s: reading standard_conforming_strings: %w", caller, err)
 	}
 	if v != "on" {
-		return fmt.Errorf("baton/bunorm: %s: %w (it is %q): bun quotes values in the statement text, where a backslash "+
+		return fmt.Errorf("baton/bunstore: %s: %w (it is %q): bun quotes values in the statement text, where a backslash "+
 			"would then end a quoted value early and let the rest run as SQL; set it on, the PostgreSQL default, "+
 			"for the server, the database (ALTER DATABASE ... SET standard_conforming_strings = on), the role or the connection",
 			caller, ErrNonStandardStrings, v)

@@ -1,4 +1,4 @@
-package bunorm_test
+package bunstore_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/internal/testenv"
 )
 
@@ -41,7 +41,7 @@ delivered https://c.example/hook (attempt 1, still ours: true)
 	if got := strings.TrimSpace(out.String()); got != want {
 		t.Fatalf("output:\n%s\nwant:\n%s", got, want)
 	}
-	if err := postgres.VerifySchema(ctx, env.Pool, postgres.VerifyOptions{}); err != nil {
+	if err := pgxstore.VerifySchema(ctx, env.Pool, pgxstore.VerifyOptions{}); err != nil {
 		t.Fatalf("after the bun migrations: %v", err)
 	}
 	if _, err := migrateRollbackAll(ctx, db); err != nil {

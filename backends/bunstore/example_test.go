@@ -1,4 +1,4 @@
-package bunorm_test
+package bunstore_test
 
 import (
 	"context"
@@ -14,14 +14,14 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/migrate"
 
-	"github.com/baton-go/baton/backends/bunorm"
+	"github.com/baton-go/baton/backends/bunstore"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/workrow"
 	lockmem "github.com/baton-go/baton/locks/memory"
 )
 
 // Delivery is the example service's work table: outbound webhooks. It
-// embeds bunorm.LockColumns, so CreateTable gives it lock_id and
+// embeds bunstore.LockColumns, so CreateTable gives it lock_id and
 // locked_until.
 type Delivery struct {
 	bun.BaseModel `bun:"table:deliveries,alias:d"`
@@ -32,12 +32,12 @@ type Delivery struct {
 	Attempts    int          `bun:"attempts,notnull,default:0"`
 	CompletedAt bun.NullTime `bun:"completed_at"`
 	LastError   string       `bun:"last_error,nullzero"`
-	bunorm.LockColumns
+	bunstore.LockColumns
 }
 
 // deliveryRows describes the work table to baton: live rows are the ones
 // not completed, queued by creation time.
-var deliveryRows = bunorm.WorkRowsOptions{
+var deliveryRows = bunstore.WorkRowsOptions{
 	Live:  workrow.IsNull("completed_at"),
 	Order: []workrow.Order{workrow.Asc("created_at")},
 }
@@ -51,7 +51,7 @@ func createDelivery(ctx context.Context, db *bun.DB, url string) error {
 			return err
 		}
 		payload := fmt.Sprintf(`{"delivery": %d, "url": %q}`, d.ID, url)
-		return bunorm.Enqueue(ctx, tx, outbox.NewID(), "deliveries.created", []byte(payload))
+		return bunstore.Enqueue(ctx, tx, outbox.NewID(), "deliveries.created", []byte(payload))
 	})
 }
 
@@ -75,8 +75,8 @@ func runExample(ctx context.Context, db *bun.DB, out io.Writer) error {
 	}
 
 	// 3. The outbox relay: one leader (a memory lock here: one process;
-	// locks/pg or locks/redis across nodes) walks the entries in order.
-	store, err := bunorm.NewOutboxStore(ctx, db, bunorm.OutboxStoreOptions{})
+	// locks/pglock or locks/redis across nodes) walks the entries in order.
+	store, err := bunstore.NewOutboxStore(ctx, db, bunstore.OutboxStoreOptions{})
 	if err != nil {
 		return err
 	}
@@ -124,12 +124,12 @@ func runExample(ctx context.Context, db *bun.DB, out io.Writer) error {
 	mu.Unlock()
 
 	// 4. The work rows: claim with bun expressions, deliver, finalize.
-	rows, err := bunorm.NewWorkRows[int64, Delivery](ctx, db, deliveryRows)
+	rows, err := bunstore.NewWorkRows[int64, Delivery](ctx, db, deliveryRows)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
-	claim := bunorm.ClaimQuery{
+	claim := bunstore.ClaimQuery{
 		LockID: workrow.NewLockID(), Now: now, LeaseUntil: now.Add(time.Minute), BatchSize: 10,
 		Where: func(q bun.QueryBuilder) bun.QueryBuilder { return q.Where("?TableAlias.attempts < ?", 5) },
 		Set:   func(q *bun.UpdateQuery) *bun.UpdateQuery { return q.Set("attempts = ?TableAlias.attempts + 1") },

@@ -1,4 +1,4 @@
-package bunorm
+package bunstore
 
 import (
 	"context"
@@ -18,13 +18,13 @@ import (
 // formatting, so bun's query hooks do not see them.
 
 // adapter names this package in errors.
-const adapter pgsql.Adapter = "bunorm"
+const adapter pgsql.Adapter = "bunstore"
 
 // ErrUnsupportedDriver is wrapped by every constructor, schema function and
 // Enqueue given a handle whose *sql.DB does not run on pgx's database/sql
 // driver (github.com/jackc/pgx/v5/stdlib): bun's own pgdriver, for one,
 // cannot carry baton's array parameters, nor LISTEN through database/sql.
-var ErrUnsupportedDriver = errors.New("baton/bunorm: the database handle's driver is not pgx's database/sql driver")
+var ErrUnsupportedDriver = errors.New("baton/bunstore: the database handle's driver is not pgx's database/sql driver")
 
 // sqlConn is what *sql.DB, *sql.Tx and *sql.Conn share.
 type sqlConn interface {
@@ -71,7 +71,7 @@ type handle struct {
 // handle; caller names the function, for the error.
 func open(db bun.IDB, caller string) (handle, error) {
 	if db == nil {
-		return handle{}, fmt.Errorf("baton/bunorm: %s: the database handle is nil", caller)
+		return handle{}, fmt.Errorf("baton/bunstore: %s: the database handle is nil", caller)
 	}
 	var c sqlConn
 	switch x := db.(type) {
@@ -86,10 +86,10 @@ func open(db bun.IDB, caller string) (handle, error) {
 	case *bun.Conn:
 		c = x.Conn
 	default:
-		return handle{}, fmt.Errorf("baton/bunorm: %s: the handle is a %T; give a *bun.DB, a bun.Tx or a bun.Conn", caller, db)
+		return handle{}, fmt.Errorf("baton/bunstore: %s: the handle is a %T; give a *bun.DB, a bun.Tx or a bun.Conn", caller, db)
 	}
 	if d := db.NewRaw("").DB(); d == nil || !isPgx(d) {
-		return handle{}, fmt.Errorf("baton/bunorm: %s: open the *sql.DB under bun with github.com/jackc/pgx/v5/stdlib "+
+		return handle{}, fmt.Errorf("baton/bunstore: %s: open the *sql.DB under bun with github.com/jackc/pgx/v5/stdlib "+
 			"(sql.Open(\"pgx\", dsn), stdlib.OpenDB or stdlib.OpenDBFromPool) instead of bun's pgdriver (%w)", caller, ErrUnsupportedDriver)
 	}
 	return handle{querier{c}, db}, nil

@@ -1,4 +1,4 @@
-package bunorm
+package bunstore
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func NewLeaseStore(ctx context.Context, db bun.IDB, opts LeaseStoreOptions) (*Le
 // ErrWatchUnsupported is returned by WatchReleases when the store's handle
 // cannot LISTEN: it is not a *bun.DB, or its driver's connection is not
 // pgx's.
-var ErrWatchUnsupported = errors.New("baton/bunorm: this database handle cannot watch lease releases")
+var ErrWatchUnsupported = errors.New("baton/bunstore: this database handle cannot watch lease releases")
 
 // WatchReleases implements lease.ReleaseWatcher. It needs the store to be
 // over a *bun.DB: it takes one connection of its pool and LISTENs on pgx's

@@ -1,4 +1,4 @@
-package bunorm
+package bunstore
 
 import (
 	"context"
@@ -13,12 +13,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/uptrace/bun"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/outboxtest"
 	"github.com/baton-go/baton/internal/testenv"
-	"github.com/baton-go/baton/locks/pg"
+	"github.com/baton-go/baton/locks/pglock"
 )
 
 // This file runs mixed nodes: a pgx node and a bun node over one database,
@@ -104,7 +104,7 @@ func awaitHeld(t *testing.T, l *lease.Lease, within time.Duration) time.Duration
 func TestMixedNodes_PgxAndBunShareOneRoleLeaseAndHandOverBothWays(t *testing.T) {
 	env, db := bunEnv(t)
 	channel := "releases " + env.Schema
-	pgxStore, err := postgres.NewLeaseStore(newPgxPool(t, env), postgres.LeaseStoreOptions{Channel: channel})
+	pgxStore, err := pgxstore.NewLeaseStore(newPgxPool(t, env), pgxstore.LeaseStoreOptions{Channel: channel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestMixedNodes_PgxAndBunShareOneRoleLeaseAndHandOverBothWays(t *testing.T) 
 // TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter: one
 // producer enqueues through pgx, one through bun (300 transactions each,
 // random lanes, about 10 % rolled back); a pgx driver and a bun driver
-// compete for the leader lock (locks/pg for both); the leader is killed
+// compete for the leader lock (locks/pglock for both); the leader is killed
 // mid-run and the other takes over. With duplicates removed, the
 // destination must have seen exactly the committed entries, in (xid, id)
 // order, and duplicates only from the batch in flight at the takeover.
@@ -190,7 +190,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 		done   chan struct{}
 	}
 	startNode := func(name string, store outbox.Store) *node {
-		locks, err := pg.New(newPgxPool(t, env), pg.Options{PingInterval: 100 * time.Millisecond})
+		locks, err := pglock.New(newPgxPool(t, env), pglock.Options{PingInterval: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 		t.Cleanup(func() { cancel(); <-n.done })
 		return n
 	}
-	pgxStore, err := postgres.NewOutboxStore(newPgxPool(t, env), postgres.OutboxStoreOptions{})
+	pgxStore, err := pgxstore.NewOutboxStore(newPgxPool(t, env), pgxstore.OutboxStoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 	const perProducer = 300
 	pgxPool := newPgxPool(t, env)
 	var wg sync.WaitGroup
-	// The pgx producer: postgres.Enqueue on a pgx.Tx.
+	// The pgx producer: pgxstore.Enqueue on a pgx.Tx.
 	wg.Go(func() {
 		r := rand.New(rand.NewPCG(1, 42))
 		for range perProducer {
@@ -254,7 +254,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 			var ids []outbox.ID
 			for range 1 + r.IntN(3) {
 				id := outbox.NewID()
-				if err := postgres.Enqueue(ctx, tx, id, lanes[r.IntN(len(lanes))], []byte(`{"p":"pgx"}`)); err != nil {
+				if err := pgxstore.Enqueue(ctx, tx, id, lanes[r.IntN(len(lanes))], []byte(`{"p":"pgx"}`)); err != nil {
 					t.Error(err)
 					_ = tx.Rollback(ctx)
 					return
@@ -283,7 +283,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 			record(xid, ids, true)
 		}
 	})
-	// The bun producer: bunorm.Enqueue inside bun's RunInTx.
+	// The bun producer: bunstore.Enqueue inside bun's RunInTx.
 	wg.Go(func() {
 		r := rand.New(rand.NewPCG(2, 42))
 		errRollback := errors.New("roll back") // RunInTx rolls back on an error
@@ -341,7 +341,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 	}
 	// A crash: the lock's session dies with the process, and the process
 	// stops wherever it was.
-	key := uint64(pg.Key(lockName))
+	key := uint64(pglock.Key(lockName))
 	if _, err := pgxPool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND objsubid = 1
   AND classid::text::bigint = $1 AND objid::text::bigint = $2`, int64(key>>32), int64(key&0xffffffff)); err != nil {

@@ -1,4 +1,4 @@
-package bunorm
+package bunstore
 
 import (
 	"database/sql/driver"
@@ -28,7 +28,7 @@ const (
 )
 
 // LockFence is a row of baton_lock_fences: the fencing counter of one
-// PostgreSQL advisory lock name (locks/pg).
+// PostgreSQL advisory lock name (locks/pglock).
 type LockFence struct {
 	bun.BaseModel `bun:"table:baton_lock_fences,alias:baton_lock_fence"`
 
@@ -161,7 +161,7 @@ func (u *UUID) Scan(src any) error {
 		*u = v
 		return nil
 	}
-	return fmt.Errorf("baton/bunorm: cannot scan %T into a UUID", src)
+	return fmt.Errorf("baton/bunstore: cannot scan %T into a UUID", src)
 }
 
 func (u *UUID) parse(s string) error {
@@ -180,7 +180,7 @@ func (u *UUID) parse(s string) error {
 //		bun.BaseModel `bun:"table:deliveries,alias:d"`
 //		ID          int64 `bun:",pk,autoincrement"`
 //		...
-//		bunorm.LockColumns
+//		bunstore.LockColumns
 //	}
 //
 // so that CreateTable gives the table lock_id (uuid) and locked_until

@@ -1,4 +1,4 @@
-package bunorm
+package bunstore
 
 import (
 	"context"
@@ -74,7 +74,7 @@ func DropSchema(ctx context.Context, db bun.IDB, opts SchemaOptions) error {
 // (bun names a Go migration after its file):
 //
 //	// migrations/20260801120000_baton.go
-//	func init() { Migrations.MustRegister(bunorm.MigrateUp, bunorm.MigrateDown) }
+//	func init() { Migrations.MustRegister(bunstore.MigrateUp, bunstore.MigrateDown) }
 //
 // It calls Migrate, so a later migration that calls it again applies the
 // migrations a newer baton brings.

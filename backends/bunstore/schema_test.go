@@ -1,4 +1,4 @@
-package bunorm
+package bunstore
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/projection"
@@ -24,11 +24,11 @@ import (
 
 func TestMigrate_PassesBothAdaptersVerifySchema(t *testing.T) {
 	env, db := bunEnv(t)
-	if err := postgres.VerifySchema(testContext(t), env.Pool, postgres.VerifyOptions{}); err != nil {
-		t.Fatalf("postgres.VerifySchema of the schema bun migrated: %v", err)
+	if err := pgxstore.VerifySchema(testContext(t), env.Pool, pgxstore.VerifyOptions{}); err != nil {
+		t.Fatalf("pgxstore.VerifySchema of the schema bun migrated: %v", err)
 	}
 	if err := VerifySchema(testContext(t), db, SchemaOptions{}); err != nil {
-		t.Fatalf("bunorm.VerifySchema of the schema bun migrated: %v", err)
+		t.Fatalf("bunstore.VerifySchema of the schema bun migrated: %v", err)
 	}
 }
 
@@ -111,32 +111,32 @@ func (r *appliedBy) Handle(_ context.Context, rec slog.Record) error {
 }
 
 // TestMigrate_EitherAdapterMigratesAndVerifiesTheOthersSchema: a schema
-// migrated by postgres.Migrate is up to date for bunorm.Migrate and passes
-// bunorm.VerifySchema; one migrated by bunorm.Migrate likewise for the pgx
+// migrated by pgxstore.Migrate is up to date for bunstore.Migrate and passes
+// bunstore.VerifySchema; one migrated by bunstore.Migrate likewise for the pgx
 // adapter. Either way the second Migrate applies nothing, and the two
 // catalogs are the same.
 func TestMigrate_EitherAdapterMigratesAndVerifiesTheOthersSchema(t *testing.T) {
 	ctx := testContext(t)
 	pgxFirst := testenv.Postgres(t)
-	if err := postgres.Migrate(ctx, pgxFirst.Pool, postgres.MigrateOptions{}); err != nil {
+	if err := pgxstore.Migrate(ctx, pgxFirst.Pool, pgxstore.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	onPgx := openBun(t, pgxFirst)
 	rec := &appliedBy{}
 	if err := Migrate(ctx, onPgx, SchemaOptions{Logger: slog.New(rec)}); err != nil || len(rec.versions)+len(rec.found) > 0 {
-		t.Errorf("bunorm.Migrate of a pgx-migrated schema: %v, applied %v, found %v; want nothing to do", err, rec.versions, rec.found)
+		t.Errorf("bunstore.Migrate of a pgx-migrated schema: %v, applied %v, found %v; want nothing to do", err, rec.versions, rec.found)
 	}
 	if err := VerifySchema(ctx, onPgx, SchemaOptions{}); err != nil {
-		t.Errorf("bunorm.VerifySchema of a pgx-migrated schema: %v", err)
+		t.Errorf("bunstore.VerifySchema of a pgx-migrated schema: %v", err)
 	}
 
 	bunFirst, _ := bunEnv(t)
 	rec = &appliedBy{}
-	if err := postgres.Migrate(ctx, bunFirst.Pool, postgres.MigrateOptions{Logger: slog.New(rec)}); err != nil || len(rec.versions)+len(rec.found) > 0 {
-		t.Errorf("postgres.Migrate of a bun-migrated schema: %v, applied %v, found %v; want nothing to do", err, rec.versions, rec.found)
+	if err := pgxstore.Migrate(ctx, bunFirst.Pool, pgxstore.MigrateOptions{Logger: slog.New(rec)}); err != nil || len(rec.versions)+len(rec.found) > 0 {
+		t.Errorf("pgxstore.Migrate of a bun-migrated schema: %v, applied %v, found %v; want nothing to do", err, rec.versions, rec.found)
 	}
-	if err := postgres.VerifySchema(ctx, bunFirst.Pool, postgres.VerifyOptions{}); err != nil {
-		t.Errorf("postgres.VerifySchema of a bun-migrated schema: %v", err)
+	if err := pgxstore.VerifySchema(ctx, bunFirst.Pool, pgxstore.VerifyOptions{}); err != nil {
+		t.Errorf("pgxstore.VerifySchema of a bun-migrated schema: %v", err)
 	}
 	if want, got := catalog(t, pgxFirst, pgxFirst.Schema), catalog(t, bunFirst, bunFirst.Schema); !slices.Equal(want, got) {
 		t.Errorf("the catalogs differ:\npgx: %q\nbun: %q", want, got)
@@ -164,21 +164,21 @@ func modelsSchema(t *testing.T, env *testenv.PostgresEnv) {
 func TestMigrate_AdoptsASchemaTheModelsBuilt(t *testing.T) {
 	ctx := testContext(t)
 	migrated := testenv.Postgres(t)
-	if err := postgres.Migrate(ctx, migrated.Pool, postgres.MigrateOptions{}); err != nil {
+	if err := pgxstore.Migrate(ctx, migrated.Pool, pgxstore.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	want := catalog(t, migrated, migrated.Schema)
 	for name, migrate := range map[string]func(*testenv.PostgresEnv, *slog.Logger) error{
-		"postgres.Migrate": func(env *testenv.PostgresEnv, l *slog.Logger) error {
-			return postgres.Migrate(ctx, env.Pool, postgres.MigrateOptions{Logger: l})
+		"pgxstore.Migrate": func(env *testenv.PostgresEnv, l *slog.Logger) error {
+			return pgxstore.Migrate(ctx, env.Pool, pgxstore.MigrateOptions{Logger: l})
 		},
-		"bunorm.Migrate": func(env *testenv.PostgresEnv, l *slog.Logger) error {
+		"bunstore.Migrate": func(env *testenv.PostgresEnv, l *slog.Logger) error {
 			return Migrate(ctx, openBun(t, env), SchemaOptions{Logger: l})
 		},
 	} {
 		env := testenv.Postgres(t)
 		modelsSchema(t, env)
-		if err := postgres.VerifySchema(ctx, env.Pool, postgres.VerifyOptions{}); err != nil {
+		if err := pgxstore.VerifySchema(ctx, env.Pool, pgxstore.VerifyOptions{}); err != nil {
 			t.Fatalf("the models' schema does not verify: %v", err)
 		}
 		before := catalog(t, env, env.Schema)
@@ -303,7 +303,7 @@ func TestMigrate_InANamedSchemaInsideACallersTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := postgres.VerifySchema(ctx, env.Pool, postgres.VerifyOptions{Schema: named}); err != nil {
+	if err := pgxstore.VerifySchema(ctx, env.Pool, pgxstore.VerifyOptions{Schema: named}); err != nil {
 		t.Fatal(err)
 	}
 	st := mustOutboxStore(t, db, OutboxStoreOptions{Schema: named})

@@ -1,4 +1,4 @@
-package bunorm
+package bunstore
 
 import (
 	"context"

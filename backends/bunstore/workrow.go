@@ -1,4 +1,4 @@
-package bunorm
+package bunstore
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func (o WorkRowsOptions) index() pgsql.ClaimIndex {
 func modelTable[R any](db bun.IDB, caller string) (*schema.Table, error) {
 	typ := reflect.TypeFor[R]()
 	if typ.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("baton/bunorm: %s: the row type %v is not a struct; it must be the table's bun model", caller, typ)
+		return nil, fmt.Errorf("baton/bunstore: %s: the row type %v is not a struct; it must be the table's bun model", caller, typ)
 	}
 	return db.Dialect().Tables().Get(typ), nil
 }
@@ -306,7 +306,7 @@ func (s *WorkRows[K, R]) part(without, with schema.QueryAppender, marker, joiner
 // opts, as a bun CREATE INDEX IF NOT EXISTS query to run in a migration:
 // the Order columns, then the id, partial over the Live rows,
 //
-//	q, err := bunorm.ClaimIndex[Delivery](db, opts)
+//	q, err := bunstore.ClaimIndex[Delivery](db, opts)
 //	...
 //	_, err = q.Exec(ctx)
 //
@@ -317,7 +317,7 @@ func (s *WorkRows[K, R]) part(without, with schema.QueryAppender, marker, joiner
 // updates (no index entry written) as long as no index mentions them.
 func ClaimIndex[R any](db bun.IDB, opts WorkRowsOptions) (*bun.CreateIndexQuery, error) {
 	if db == nil {
-		return nil, fmt.Errorf("baton/bunorm: ClaimIndex: the database handle is nil")
+		return nil, fmt.Errorf("baton/bunstore: ClaimIndex: the database handle is nil")
 	}
 	table, err := modelTable[R](db, "ClaimIndex")
 	if err != nil {
@@ -337,7 +337,7 @@ func claimIndexQuery[R any](db bun.IDB, opts WorkRowsOptions) (*bun.CreateIndexQ
 	ix := opts.index()
 	pred, err := ix.Predicate()
 	if err != nil {
-		return nil, fmt.Errorf("baton/bunorm: WorkRowsOptions.Live: %w", err)
+		return nil, fmt.Errorf("baton/bunstore: WorkRowsOptions.Live: %w", err)
 	}
 	q := db.NewCreateIndex().Model((*R)(nil)).ModelTableExpr("?", bun.Safe(pgsql.Qualified(opts.Schema, opts.Table))).
 		Index(opts.Table + "_claim").IfNotExists()

@@ -1,4 +1,4 @@
-// Package postgres holds baton's PostgreSQL backend: the pgx v5 stores that
+// Package pgxstore holds baton's PostgreSQL backend: the pgx v5 stores that
 // implement baton's core interfaces, and the schema of the tables they use.
 //
 // The stores: LeaseStore (role leases, with NOTIFY on release),
@@ -26,4 +26,4 @@
 // VerifySchema is read-only and suits a readiness check: it reports every
 // difference between the database and what this version of baton expects.
 // See docs/schema.md in the repository for the details.
-package postgres
+package pgxstore

@@ -1,4 +1,4 @@
-package postgres
+package pgxstore
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // This file is the adapter: pgx under the statements of backends/internal/pgsql.
 
 // adapter names this package in errors.
-const adapter pgsql.Adapter = "postgres"
+const adapter pgsql.Adapter = "pgxstore"
 
 // pgxQuerier is what a pool, a connection and a transaction share.
 type pgxQuerier interface {

@@ -1,4 +1,4 @@
-package postgres
+package pgxstore
 
 import (
 	"context"
@@ -54,7 +54,7 @@ var (
 // migrations) first.
 func NewLeaseStore(pool *pgxpool.Pool, opts LeaseStoreOptions) (*LeaseStore, error) {
 	if pool == nil {
-		return nil, errors.New("baton/postgres: NewLeaseStore: the pool is nil")
+		return nil, errors.New("baton/pgxstore: NewLeaseStore: the pool is nil")
 	}
 	st, err := pgsql.NewLeaseStore(newPoolDB(pool), adapter, opts)
 	if err != nil {

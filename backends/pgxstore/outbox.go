@@ -1,4 +1,4 @@
-package postgres
+package pgxstore
 
 import (
 	"context"
@@ -55,7 +55,7 @@ const (
 //
 //	BEGIN
 //	UPDATE profiles SET ... WHERE id = $1   -- first write: takes the xid and the row lock
-//	postgres.Enqueue(ctx, tx, outbox.NewID(), lane, payload)
+//	pgxstore.Enqueue(ctx, tx, outbox.NewID(), lane, payload)
 //	COMMIT
 //
 // A second transaction changing the same row then waits for the row lock
@@ -127,7 +127,7 @@ var ErrRebaseNoRoom = pgsql.ErrRebaseNoRoom
 // the migrations) first.
 func NewOutboxStore(pool *pgxpool.Pool, opts OutboxStoreOptions) (*OutboxStore, error) {
 	if pool == nil {
-		return nil, errors.New("baton/postgres: NewOutboxStore: the pool is nil")
+		return nil, errors.New("baton/pgxstore: NewOutboxStore: the pool is nil")
 	}
 	st, err := pgsql.NewOutboxStore(newPoolDB(pool), adapter, opts)
 	if err != nil {

@@ -1,4 +1,4 @@
-package postgres
+package pgxstore
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/outboxtest"
 	"github.com/baton-go/baton/internal/testenv"
-	"github.com/baton-go/baton/locks/pg"
+	"github.com/baton-go/baton/locks/pglock"
 )
 
 // TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss runs 8
@@ -43,7 +43,7 @@ func TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss(t *testin
 	}
 	startNode := func(name string) *node {
 		pool := newPool(t, env, nil)
-		locks, err := pg.New(pool, pg.Options{PingInterval: 100 * time.Millisecond})
+		locks, err := pglock.New(pool, pglock.Options{PingInterval: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +156,7 @@ func TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss(t *testin
 	}
 	// A crash: the lock's session dies with the process, and the process
 	// stops wherever it was.
-	key := uint64(pg.Key(lockName))
+	key := uint64(pglock.Key(lockName))
 	if _, err := env.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND objsubid = 1
   AND classid::text::bigint = $1 AND objid::text::bigint = $2`, int64(key>>32), int64(key&0xffffffff)); err != nil {

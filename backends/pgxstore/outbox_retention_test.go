@@ -1,4 +1,4 @@
-package postgres
+package pgxstore
 
 import (
 	"context"
@@ -102,7 +102,7 @@ func TestRetention_OneSweepDeletesTheWholeBacklogInBatches(t *testing.T) {
 // the sweep's rate times the share of each RetentionInterval its budget
 // may take. An op is one sweep of the whole backlog.
 //
-//	go test ./backends/postgres/ -run '^$' -bench BenchmarkOutboxRetentionSweep -benchtime 3x
+//	go test ./backends/pgxstore/ -run '^$' -bench BenchmarkOutboxRetentionSweep -benchtime 3x
 func BenchmarkOutboxRetentionSweep(b *testing.B) {
 	const backlog = 100_000
 	ctx := context.Background()

@@ -1,4 +1,4 @@
-package postgres
+package pgxstore
 
 import (
 	"errors"
@@ -52,7 +52,7 @@ var _ projection.Store = (*ProjectionStore)(nil)
 // Migrate (or the migrations) first.
 func NewProjectionStore(pool *pgxpool.Pool, opts ProjectionStoreOptions) (*ProjectionStore, error) {
 	if pool == nil {
-		return nil, errors.New("baton/postgres: NewProjectionStore: the pool is nil")
+		return nil, errors.New("baton/pgxstore: NewProjectionStore: the pool is nil")
 	}
 	st, err := pgsql.NewProjectionStore(newPoolDB(pool), adapter, opts)
 	if err != nil {

@@ -1,4 +1,4 @@
-package postgres
+package pgxstore
 
 import (
 	"context"
@@ -121,7 +121,7 @@ func beginner(db TxStarter) pgsql.Beginner {
 
 // Migrations returns the migration files, at the root of the returned file
 // system, for running them with a migration tool instead of Migrate:
-// golang-migrate's iofs source (iofs.New(postgres.Migrations(), ".")) or
+// golang-migrate's iofs source (iofs.New(pgxstore.Migrations(), ".")) or
 // goose (goose.NewProvider with this file system). Every file is named
 // NNNN_title.up.sql and starts with "-- +goose Up"; none names a schema, so
 // the tables land in the connection's search_path.

@@ -1,4 +1,4 @@
-package postgres
+package pgxstore
 
 import (
 	"context"
@@ -114,11 +114,11 @@ var _ workrow.Store[int64, struct{}] = (*WorkRows[int64, struct{}])(nil)
 // the table's columns from the catalog (Check does so at once).
 func NewWorkRows[K comparable, R any](pool *pgxpool.Pool, opts WorkRowsOptions[R]) (*WorkRows[K, R], error) {
 	if pool == nil {
-		return nil, errors.New("baton/postgres: NewWorkRows: the pool is nil")
+		return nil, errors.New("baton/pgxstore: NewWorkRows: the pool is nil")
 	}
 	for i, c := range opts.Columns {
 		if p := pgsql.IdentifierProblem(c); p != "" {
-			return nil, fmt.Errorf("baton/postgres: WorkRowsOptions.Columns[%d] %q: %s", i, c, p)
+			return nil, fmt.Errorf("baton/pgxstore: WorkRowsOptions.Columns[%d] %q: %s", i, c, p)
 		}
 	}
 	s := &WorkRows[K, R]{pool: pool, scan: opts.Scan}
@@ -305,7 +305,7 @@ func (ix ClaimIndex) DDL() (string, error) { return ix.core().DDL() }
 // create or drop.
 func (ix ClaimIndex) Check(ctx context.Context, pool *pgxpool.Pool) error {
 	if pool == nil {
-		return errors.New("baton/postgres: ClaimIndex.Check: the pool is nil")
+		return errors.New("baton/pgxstore: ClaimIndex.Check: the pool is nil")
 	}
 	return ix.core().Check(ctx, newPoolDB(pool))
 }

@@ -1,4 +1,4 @@
-package postgres_test
+package pgxstore_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/workrow"
 )
 
@@ -46,13 +46,13 @@ func ExampleNewWorkRows() {
 	order := []workrow.Order{workrow.Asc("created_at")}
 
 	// In a migration: the claim index, partial over the live rows.
-	ddl, err := postgres.ClaimIndex{Table: "deliveries", Order: order, Live: live}.DDL()
+	ddl, err := pgxstore.ClaimIndex{Table: "deliveries", Order: order, Live: live}.DDL()
 	if err != nil {
 		panic(err)
 	}
 	_ = ddl // CREATE INDEX IF NOT EXISTS "deliveries_claim" ON "deliveries" ("created_at", "id") WHERE ...
 
-	store, err := postgres.NewWorkRows[int64](pool, postgres.WorkRowsOptions[Delivery]{
+	store, err := pgxstore.NewWorkRows[int64](pool, pgxstore.WorkRowsOptions[Delivery]{
 		Table: "deliveries", Live: live, Order: order,
 	})
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 )
 
 // envDatabaseURL is read when --postgres is not given.
@@ -231,7 +231,7 @@ func readMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]m
 // schemaNameError turns the store's invalid-schema-name error into a usage
 // error about --schema.
 func schemaNameError(err error) error {
-	if errors.Is(err, postgres.ErrInvalidSchemaName) {
+	if errors.Is(err, pgxstore.ErrInvalidSchemaName) {
 		return usagef("--schema: %v", err)
 	}
 	return err

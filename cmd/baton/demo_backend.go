@@ -15,13 +15,13 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton/backends/memory"
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/projection"
 	lockmem "github.com/baton-go/baton/locks/memory"
-	lockpg "github.com/baton-go/baton/locks/pg"
+	"github.com/baton-go/baton/locks/pglock"
 	lockredis "github.com/baton-go/baton/locks/redis"
 )
 
@@ -292,7 +292,7 @@ type postgresBackend struct {
 	tag     string // random: names the schema, the application names, the Redis prefix
 	schema  string
 	admin   *pgxpool.Pool
-	store   *postgres.OutboxStore
+	store   *pgxstore.OutboxStore
 	created bool
 }
 
@@ -302,11 +302,11 @@ func newPostgresBackend(t demoTimings, url, redisAddr string, keep bool) *postgr
 }
 
 func (b *postgresBackend) Describe() string {
-	locks := "PostgreSQL advisory locks (locks/pg)"
+	locks := "PostgreSQL advisory locks (locks/pglock)"
 	if b.redisAddr != "" {
 		locks = "Redis locks at " + b.redisAddr + " (locks/redis)"
 	}
-	return fmt.Sprintf("PostgreSQL stores (backends/postgres) in schema %s, %s", b.schema, locks)
+	return fmt.Sprintf("PostgreSQL stores (backends/pgxstore) in schema %s, %s", b.schema, locks)
 }
 
 func (b *postgresBackend) KillStory() string {
@@ -338,7 +338,7 @@ func (b *postgresBackend) Setup(ctx context.Context) error {
 			return fmt.Errorf("--redis %s: cannot reach Redis: %w", b.redisAddr, err)
 		}
 	}
-	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{Schema: b.schema}); err != nil {
+	if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{Schema: b.schema}); err != nil {
 		return err
 	}
 	b.created = true
@@ -349,7 +349,7 @@ func (b *postgresBackend) Setup(ctx context.Context) error {
 	)`); err != nil {
 		return fmt.Errorf("create the demo's profiles table: %w", err)
 	}
-	b.store, err = postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{Schema: b.schema})
+	b.store, err = pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{Schema: b.schema})
 	return err
 }
 
@@ -384,15 +384,15 @@ func (b *postgresBackend) Instance(ctx context.Context, name string) (*instanceD
 		pool.Close()
 		return nil, err
 	}
-	if deps.Leases, err = postgres.NewLeaseStore(pool, postgres.LeaseStoreOptions{Schema: b.schema, Channel: b.schema}); err != nil {
+	if deps.Leases, err = pgxstore.NewLeaseStore(pool, pgxstore.LeaseStoreOptions{Schema: b.schema, Channel: b.schema}); err != nil {
 		return fail(err)
 	}
-	outboxStore, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{Schema: b.schema})
+	outboxStore, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{Schema: b.schema})
 	if err != nil {
 		return fail(err)
 	}
 	deps.Outbox = outboxStore
-	if deps.Projection, err = postgres.NewProjectionStore(pool, postgres.ProjectionStoreOptions{Schema: b.schema}); err != nil {
+	if deps.Projection, err = pgxstore.NewProjectionStore(pool, pgxstore.ProjectionStoreOptions{Schema: b.schema}); err != nil {
 		return fail(err)
 	}
 	var client *goredis.Client
@@ -404,7 +404,7 @@ func (b *postgresBackend) Instance(ctx context.Context, name string) (*instanceD
 			_ = client.Close()
 			return fail(err)
 		}
-	} else if deps.Locks, err = lockpg.New(pool, lockpg.Options{
+	} else if deps.Locks, err = pglock.New(pool, pglock.Options{
 		Schema: b.schema, PingInterval: b.t.PingInterval, Backoff: b.t.LockBackoff,
 	}); err != nil {
 		return fail(err)
@@ -493,7 +493,7 @@ func (t *pgTx) Update(ctx context.Context, id, label string) error {
 }
 
 func (t *pgTx) Enqueue(ctx context.Context, id outbox.ID, lane string, payload []byte) error {
-	return postgres.Enqueue(ctx, t.tx, id, lane, payload) // search_path names the demo's schema
+	return pgxstore.Enqueue(ctx, t.tx, id, lane, payload) // search_path names the demo's schema
 }
 
 func (t *pgTx) XID(ctx context.Context) (uint64, error) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/outbox"
 )
 
@@ -89,7 +89,7 @@ func runOutboxRebase(ctx context.Context, out io.Writer, f *dbFlags, dryRun bool
 	defer db.Close()
 	res, err := store.Rebase(ctx, dryRun)
 	switch {
-	case errors.Is(err, postgres.ErrRebaseNotNeeded):
+	case errors.Is(err, pgxstore.ErrRebaseNotNeeded):
 		return usagef("schema %q: the outbox needs no rebase: its cursor (xid %d) is below this database's next xid (%d); nothing was changed",
 			db.schema, res.Cursor.XID, res.NextXID)
 	case err != nil:
@@ -119,16 +119,16 @@ func runOutboxRebase(ctx context.Context, out io.Writer, f *dbFlags, dryRun bool
 }
 
 // openOutbox opens the database and the outbox store over its schema.
-func openOutbox(ctx context.Context, f *dbFlags) (*database, *postgres.OutboxStore, error) {
+func openOutbox(ctx context.Context, f *dbFlags) (*database, *pgxstore.OutboxStore, error) {
 	db, err := f.open(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := db.requireTables(ctx, postgres.OutboxTable, postgres.OutboxStateTable, postgres.OutboxDeadTable); err != nil {
+	if err := db.requireTables(ctx, pgxstore.OutboxTable, pgxstore.OutboxStateTable, pgxstore.OutboxDeadTable); err != nil {
 		db.Close()
 		return nil, nil, err
 	}
-	store, err := postgres.NewOutboxStore(db.pool, postgres.OutboxStoreOptions{Schema: db.schema})
+	store, err := pgxstore.NewOutboxStore(db.pool, pgxstore.OutboxStoreOptions{Schema: db.schema})
 	if err != nil {
 		db.Close()
 		return nil, nil, schemaNameError(err)
@@ -176,7 +176,7 @@ func runOutboxStatus(ctx context.Context, out io.Writer, f *dbFlags) error {
 		return fmt.Errorf("read the outbox state: %w", err)
 	}
 	rep := statusReport{Schema: db.schema, Health: h}
-	if err := db.pool.QueryRow(ctx, "SELECT count(*) FROM "+db.table(postgres.OutboxDeadTable)+
+	if err := db.pool.QueryRow(ctx, "SELECT count(*) FROM "+db.table(pgxstore.OutboxDeadTable)+
 		" WHERE requeued_as IS NULL").Scan(&rep.DeadLettersWaiting); err != nil {
 		return fmt.Errorf("count dead letters: %w", err)
 	}

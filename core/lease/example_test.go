@@ -13,7 +13,7 @@ import (
 // cycles, each gated by IsHeld, and hands over on Close.
 func ExampleManager() {
 	ctx := context.Background()
-	store := memory.NewLeaseStore(memory.LeaseStoreOptions{}) // postgres.NewLeaseStore in production
+	store := memory.NewLeaseStore(memory.LeaseStoreOptions{}) // pgxstore.NewLeaseStore in production
 
 	start := func(id string) (*lease.Manager, *lease.Lease) {
 		m, err := lease.NewManager(lease.Config{Store: store, InstanceID: id, Address: "http://" + id + ":8080"})

@@ -16,7 +16,7 @@ import (
 // the Refresher and Sweeper loops.
 func Example() {
 	ctx := context.Background()
-	store := memory.NewProjectionStore(memory.ProjectionStoreOptions{}) // postgres.NewProjectionStore in production
+	store := memory.NewProjectionStore(memory.ProjectionStoreOptions{}) // pgxstore.NewProjectionStore in production
 
 	// The engine, here a map; in production a client of the engine's
 	// projection endpoint.

@@ -1,4 +1,4 @@
-package pg_test
+package pglock_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton/core/lock"
-	"github.com/baton-go/baton/locks/pg"
+	"github.com/baton-go/baton/locks/pglock"
 )
 
 // BenchmarkAcquireRelease times one uncontended acquire (advisory lock and
@@ -14,7 +14,7 @@ import (
 // connection.
 func BenchmarkAcquireRelease(b *testing.B) {
 	env := setup(b)
-	p := newProvider(b, newPool(b, env.URL), pg.Options{})
+	p := newProvider(b, newPool(b, env.URL), pglock.Options{})
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -35,9 +35,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // as window-ms; 0 when the holder knew before the lock was free.
 func BenchmarkLost_AfterTerminate(b *testing.B) {
 	env := setup(b)
-	p := newProvider(b, newPool(b, env.URL), pg.Options{})
+	p := newProvider(b, newPool(b, env.URL), pglock.Options{})
 	ctx := context.Background()
-	key := uint64(pg.Key("bench-terminate"))
+	key := uint64(pglock.Key("bench-terminate"))
 	var total time.Duration
 	n := 0
 	for b.Loop() {

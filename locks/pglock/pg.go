@@ -1,4 +1,4 @@
-// Package pg is a lock.Provider on PostgreSQL session advisory locks, using
+// Package pglock is a lock.Provider on PostgreSQL session advisory locks, using
 // pgx v5.
 //
 // Each held lock pins one connection from the pool it was given: the
@@ -22,7 +22,7 @@
 // # Fencing
 //
 // Tokens come from the baton_lock_fences table (created by
-// postgres.Migrate): the statement that takes the advisory lock increments
+// pgxstore.Migrate): the statement that takes the advisory lock increments
 // the name's counter in the same statement, and only when the lock was
 // granted.
 //
@@ -33,7 +33,7 @@
 // session to other clients between statements, so the lock would be held by
 // (and released with) someone else's session; do not use it with this
 // provider.
-package pg
+package pglock
 
 import (
 	"context"
@@ -91,11 +91,11 @@ func (o *Options) validate() error {
 	}
 	switch {
 	case o.PingInterval < 0:
-		return fmt.Errorf("%w: pg.Options.PingInterval is %v; it must be positive", lock.ErrInvalidOptions, o.PingInterval)
+		return fmt.Errorf("%w: pglock.Options.PingInterval is %v; it must be positive", lock.ErrInvalidOptions, o.PingInterval)
 	case len(o.Namespace) > lock.MaxNameLength:
-		return fmt.Errorf("%w: pg.Options.Namespace is %d bytes; the limit is %d", lock.ErrInvalidOptions, len(o.Namespace), lock.MaxNameLength)
+		return fmt.Errorf("%w: pglock.Options.Namespace is %d bytes; the limit is %d", lock.ErrInvalidOptions, len(o.Namespace), lock.MaxNameLength)
 	case len(o.Schema) > 63:
-		return fmt.Errorf("%w: pg.Options.Schema is %d bytes; PostgreSQL names are at most 63", lock.ErrInvalidOptions, len(o.Schema))
+		return fmt.Errorf("%w: pglock.Options.Schema is %d bytes; PostgreSQL names are at most 63", lock.ErrInvalidOptions, len(o.Schema))
 	}
 	return o.Backoff.Validate()
 }
@@ -115,7 +115,7 @@ var _ lock.Provider = (*Provider)(nil)
 // (or give the provider a small pool of its own) accordingly.
 func New(pool *pgxpool.Pool, opts Options) (*Provider, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: pg.New: the pool is nil", lock.ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: pglock.New: the pool is nil", lock.ErrInvalidOptions)
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err

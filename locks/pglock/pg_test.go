@@ -1,4 +1,4 @@
-package pg_test
+package pglock_test
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/internal/testenv"
-	"github.com/baton-go/baton/locks/pg"
+	"github.com/baton-go/baton/locks/pglock"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func setup(t testing.TB) *testenv.PostgresEnv {
 	t.Helper()
 	env := testenv.Postgres(t)
-	if err := postgres.Migrate(context.Background(), env.Pool, postgres.MigrateOptions{}); err != nil {
+	if err := pgxstore.Migrate(context.Background(), env.Pool, pgxstore.MigrateOptions{}); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return env
@@ -38,9 +38,9 @@ func newPool(t testing.TB, url string) *pgxpool.Pool {
 	return pool
 }
 
-func newProvider(t testing.TB, pool *pgxpool.Pool, opts pg.Options) *pg.Provider {
+func newProvider(t testing.TB, pool *pgxpool.Pool, opts pglock.Options) *pglock.Provider {
 	t.Helper()
-	p, err := pg.New(pool, opts)
+	p, err := pglock.New(pool, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func newProvider(t testing.TB, pool *pgxpool.Pool, opts pg.Options) *pg.Provider
 
 // terminateHolder ends the server session holding name's advisory lock.
 func terminateHolder(ctx context.Context, pool *pgxpool.Pool, name string) error {
-	key := uint64(pg.Key(name))
+	key := uint64(pglock.Key(name))
 	var n int
 	err := pool.QueryRow(ctx, `
 SELECT count(pg_terminate_backend(pid)) FROM pg_locks
@@ -66,7 +66,7 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 1
 func TestConformance(t *testing.T) {
 	conformance.RunLockProvider(t, func(t *testing.T) conformance.LockHarness {
 		env := setup(t)
-		opts := pg.Options{PingInterval: 200 * time.Millisecond}
+		opts := pglock.Options{PingInterval: 200 * time.Millisecond}
 		return conformance.LockHarness{
 			Provider: newProvider(t, newPool(t, env.URL), opts),
 			Second:   newProvider(t, newPool(t, env.URL), opts),
@@ -84,7 +84,7 @@ func TestKey_IsFNV1aOfTheName(t *testing.T) {
 		"a":                   -5808556873153909620,
 		"baton-outbox-driver": 200015145182114730,
 	} {
-		if got := pg.Key(name); got != want {
+		if got := pglock.Key(name); got != want {
 			t.Errorf("Key(%q) = %d, want %d", name, got, want)
 		}
 	}
@@ -92,7 +92,7 @@ func TestKey_IsFNV1aOfTheName(t *testing.T) {
 
 func TestAcquire_TakesTheAdvisoryLockUnderKey(t *testing.T) {
 	env := setup(t)
-	p := newProvider(t, newPool(t, env.URL), pg.Options{})
+	p := newProvider(t, newPool(t, env.URL), pglock.Options{})
 	ctx := context.Background()
 	l, err := p.Acquire(ctx, "visible", lock.AcquireOptions{})
 	if err != nil {
@@ -100,7 +100,7 @@ func TestAcquire_TakesTheAdvisoryLockUnderKey(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	var free bool
-	if err := env.Pool.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pg.Key("visible")).Scan(&free); err != nil {
+	if err := env.Pool.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pglock.Key("visible")).Scan(&free); err != nil {
 		t.Fatal(err)
 	}
 	if free {
@@ -118,13 +118,13 @@ func TestAcquire_TakesTheAdvisoryLockUnderKey(t *testing.T) {
 func TestAcquire_WithoutFenceTableFailsAndLeavesNoLockBehind(t *testing.T) {
 	env := testenv.Postgres(t) // not migrated
 	pool := newPool(t, env.URL)
-	p := newProvider(t, pool, pg.Options{})
+	p := newProvider(t, pool, pglock.Options{})
 	ctx := context.Background()
 	if _, err := p.Acquire(ctx, "nofence", lock.AcquireOptions{}); err == nil {
 		t.Fatal("acquired without a fence table")
 	}
 	var free bool
-	if err := env.Pool.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pg.Key("nofence")).Scan(&free); err != nil {
+	if err := env.Pool.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pglock.Key("nofence")).Scan(&free); err != nil {
 		t.Fatal(err)
 	}
 	if !free {
@@ -136,7 +136,7 @@ func TestAcquire_WithoutFenceTableFailsAndLeavesNoLockBehind(t *testing.T) {
 func TestLost_ClosesWithinThePingIntervalWhenTheBackendIsKilled(t *testing.T) {
 	env := setup(t)
 	const interval = 300 * time.Millisecond
-	p := newProvider(t, newPool(t, env.URL), pg.Options{PingInterval: interval})
+	p := newProvider(t, newPool(t, env.URL), pglock.Options{PingInterval: interval})
 	ctx := context.Background()
 	l, err := p.Acquire(ctx, "killed", lock.AcquireOptions{})
 	if err != nil {
@@ -161,15 +161,15 @@ func TestLost_ClosesWithinThePingIntervalWhenTheBackendIsKilled(t *testing.T) {
 
 func TestNew_RejectsInvalidOptions(t *testing.T) {
 	env := testenv.Postgres(t)
-	if _, err := pg.New(nil, pg.Options{}); !errors.Is(err, lock.ErrInvalidOptions) {
+	if _, err := pglock.New(nil, pglock.Options{}); !errors.Is(err, lock.ErrInvalidOptions) {
 		t.Fatalf("nil pool: err = %v", err)
 	}
-	for name, opts := range map[string]pg.Options{
+	for name, opts := range map[string]pglock.Options{
 		"negative ping":    {PingInterval: -time.Second},
 		"schema too long":  {Schema: string(make([]byte, 64))},
 		"inverted backoff": {Backoff: lock.Backoff{Min: time.Second, Max: time.Millisecond}},
 	} {
-		if _, err := pg.New(env.Pool, opts); !errors.Is(err, lock.ErrInvalidOptions) {
+		if _, err := pglock.New(env.Pool, opts); !errors.Is(err, lock.ErrInvalidOptions) {
 			t.Errorf("%s: err = %v, want ErrInvalidOptions", name, err)
 		}
 	}
@@ -179,11 +179,11 @@ func TestSchemaOption_QualifiesTheFenceTable(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx := context.Background()
 	schema := env.Schema + "_Locks"
-	if err := postgres.Migrate(ctx, env.Pool, postgres.MigrateOptions{Schema: schema}); err != nil {
+	if err := pgxstore.Migrate(ctx, env.Pool, pgxstore.MigrateOptions{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.Pool.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`) })
-	p := newProvider(t, newPool(t, env.ServerURL), pg.Options{Schema: schema})
+	p := newProvider(t, newPool(t, env.ServerURL), pglock.Options{Schema: schema})
 	l, err := p.Acquire(ctx, "qualified", lock.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -197,9 +197,9 @@ func TestSchemaOption_QualifiesTheFenceTable(t *testing.T) {
 func TestNamespace_KeepsDeploymentsInOneDatabaseApart(t *testing.T) {
 	env := setup(t)
 	ctx := context.Background()
-	a := newProvider(t, newPool(t, env.URL), pg.Options{Namespace: "tenant-a"})
-	b := newProvider(t, newPool(t, env.URL), pg.Options{Namespace: "tenant-b"})
-	plain := newProvider(t, newPool(t, env.URL), pg.Options{})
+	a := newProvider(t, newPool(t, env.URL), pglock.Options{Namespace: "tenant-a"})
+	b := newProvider(t, newPool(t, env.URL), pglock.Options{Namespace: "tenant-b"})
+	plain := newProvider(t, newPool(t, env.URL), pglock.Options{})
 	la, err := a.Acquire(ctx, "baton-outbox-driver", lock.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -215,11 +215,11 @@ func TestNamespace_KeepsDeploymentsInOneDatabaseApart(t *testing.T) {
 		t.Fatalf("no namespace was blocked: %v", err)
 	}
 	defer lp.Release(ctx)
-	a2 := newProvider(t, newPool(t, env.URL), pg.Options{Namespace: "tenant-a"})
+	a2 := newProvider(t, newPool(t, env.URL), pglock.Options{Namespace: "tenant-a"})
 	if _, err := a2.Acquire(ctx, "baton-outbox-driver", lock.AcquireOptions{}); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("a second node of the same namespace: %v, want ErrNotAcquired", err)
 	}
-	if pg.KeyIn("tenant-a", "x") == pg.Key("x") || pg.KeyIn("a", "bx") == pg.KeyIn("ab", "x") {
+	if pglock.KeyIn("tenant-a", "x") == pglock.Key("x") || pglock.KeyIn("a", "bx") == pglock.KeyIn("ab", "x") {
 		t.Fatal("namespaced keys collide with plain or shifted ones")
 	}
 }
@@ -230,7 +230,7 @@ func TestNamespace_KeepsDeploymentsInOneDatabaseApart(t *testing.T) {
 // server's word can close Lost.
 func TestLost_ClosesWhenTheBackendIsTerminatedWithoutWaitingForAPing(t *testing.T) {
 	env := setup(t)
-	p := newProvider(t, newPool(t, env.URL), pg.Options{PingInterval: time.Hour})
+	p := newProvider(t, newPool(t, env.URL), pglock.Options{PingInterval: time.Hour})
 	ctx := context.Background()
 	l, err := p.Acquire(ctx, "terminated", lock.AcquireOptions{})
 	if err != nil {

@@ -1,11 +1,11 @@
-package pg
+package pglock
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/internal/testenv"
 )
@@ -17,7 +17,7 @@ import (
 func TestTrusted_IsFalseWhileNoConnectionCheckSucceedsAndTrueAgainAfterOne(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx := context.Background()
-	if err := postgres.Migrate(ctx, env.Pool, postgres.MigrateOptions{}); err != nil {
+	if err := pgxstore.Migrate(ctx, env.Pool, pgxstore.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	const interval = 50 * time.Millisecond

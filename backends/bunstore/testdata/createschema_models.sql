@@ -1,4 +1,4 @@
--- The statements bunorm.CreateSchema sent to an empty schema while bun built
+-- The statements bunstore.CreateSchema sent to an empty schema while bun built
 -- baton's tables from its models, before both adapters ran the migration
 -- files: a schema made this way has every table but no baton_schema_migrations
 -- rows. The adoption tests replay them.

@@ -36,8 +36,8 @@ var (
 	ErrRebaseNoRoom = errors.New("baton: too few xid values below the horizon to rebase the outbox")
 )
 
-// Adapter is the package the errors are reported for, "postgres" or
-// "bunorm": messages start with "baton/<adapter>:" and name its functions.
+// Adapter is the package the errors are reported for, "pgxstore" or
+// "bunstore": messages start with "baton/<adapter>:" and name its functions.
 type Adapter string
 
 func (a Adapter) errorf(format string, args ...any) error {

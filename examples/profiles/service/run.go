@@ -12,14 +12,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/holder"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/graph/graphtest"
-	"github.com/baton-go/baton/locks/pg"
+	"github.com/baton-go/baton/locks/pglock"
 )
 
 // maintenanceRole is the role lease whose holder runs the maintenance loop
@@ -161,7 +161,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("database pool: %w", err)
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{Logger: log}); err != nil {
+	if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{Logger: log}); err != nil {
 		return fmt.Errorf("baton schema: %w", err)
 	}
 	if err := createTables(ctx, pool); err != nil {
@@ -178,7 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer lockPool.Close()
-		if locks, err = pg.New(lockPool, pg.Options{Logger: log}); err != nil {
+		if locks, err = pglock.New(lockPool, pglock.Options{Logger: log}); err != nil {
 			return err
 		}
 	}
@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	// The outbox: every instance runs a driver; the leader lock picks one.
-	outboxStore, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{Logger: log})
+	outboxStore, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{Logger: log})
 	if err != nil {
 		return err
 	}
@@ -244,7 +244,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The role lease and the proxy that routes /maintenance to its holder.
 	leaseStore := cfg.Leases
 	if leaseStore == nil {
-		if leaseStore, err = postgres.NewLeaseStore(pool, postgres.LeaseStoreOptions{Logger: log}); err != nil {
+		if leaseStore, err = pgxstore.NewLeaseStore(pool, pgxstore.LeaseStoreOptions{Logger: log}); err != nil {
 			return err
 		}
 	}
