@@ -29,23 +29,43 @@ type FieldError struct {
 	// "Processors[2]", "pglock.Options.PingInterval".
 	Field string
 	// Reason continues the sentence that starts with the field's name:
-	// "is nil", "is -1s; it must be positive".
+	// "is nil", "is -1s; it must be positive". Empty when Err says why.
 	Reason string
+	// Err is why, when the value was refused by another check (a lock
+	// name's rule, a backoff's own validation); nil otherwise.
+	Err error
 }
 
-// Error reads "<kind>: <field> <reason>".
+// Error reads "<kind>: <field> <reason>", or "<kind>: <field>: <err>".
 func (e *FieldError) Error() string {
-	if e.Kind == nil {
-		return e.Field + " " + e.Reason
+	s := e.Field + " " + e.Reason
+	if e.Err != nil {
+		s = e.Field + ": " + e.Err.Error()
 	}
-	return e.Kind.Error() + ": " + e.Field + " " + e.Reason
+	if e.Kind == nil {
+		return s
+	}
+	return e.Kind.Error() + ": " + s
 }
 
-// Unwrap returns Kind.
-func (e *FieldError) Unwrap() error { return e.Kind }
+// Unwrap returns Kind and Err, so errors.Is finds either.
+func (e *FieldError) Unwrap() []error {
+	var out []error
+	for _, err := range []error{e.Kind, e.Err} {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
 
 // Invalid returns a *FieldError for field, of kind, with the reason
 // formatted from format and args.
 func Invalid(kind error, field, format string, args ...any) error {
 	return &FieldError{Kind: kind, Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns a *FieldError for field, of kind, refused for err.
+func Wrap(kind error, field string, err error) error {
+	return &FieldError{Kind: kind, Field: field, Err: err}
 }

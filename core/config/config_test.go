@@ -32,3 +32,14 @@ func TestFieldError_WithoutAKindStillReads(t *testing.T) {
 		t.Errorf("Error() = %q", got)
 	}
 }
+
+func TestWrap_KeepsTheInnerErrorFindable(t *testing.T) {
+	inner := errors.New("baton/lock: invalid lock name")
+	err := config.Wrap(errBad, "LeaderLockName", fmt.Errorf("%w: the name is empty", inner))
+	if !errors.Is(err, errBad) || !errors.Is(err, inner) {
+		t.Errorf("errors.Is misses the kind or the inner error: %v", err)
+	}
+	if got, want := err.Error(), "baton/thing: invalid config: LeaderLockName: baton/lock: invalid lock name: the name is empty"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // ErrClosed is returned by a Manager's methods after Close.
@@ -46,6 +48,7 @@ type Manager struct {
 
 // NewManager validates cfg and returns a Manager that has not started.
 func NewManager(cfg Config) (*Manager, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -102,7 +105,7 @@ func (m *Manager) RegisterPartition(name string, count int) (*Partition, error) 
 		return nil, fmt.Errorf("%w: the partition name is empty", ErrInvalidRole)
 	}
 	if count < 1 || count > MaxPartitions {
-		return nil, fmt.Errorf("%w: partition %q: count is %d; it must be between 1 and %d", ErrInvalidConfig, name, count, MaxPartitions)
+		return nil, config.Invalid(ErrInvalidConfig, fmt.Sprintf("partition %q: count", name), "is %d; it must be between 1 and %d", count, MaxPartitions)
 	}
 	if last := PartitionRole(name, count-1); len(last) > MaxRoleLength {
 		return nil, fmt.Errorf("%w: partition %q: its role names run up to %q, %d bytes, over the %d-byte limit",

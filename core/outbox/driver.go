@@ -19,6 +19,7 @@ type Driver struct {
 
 // New validates cfg and returns a Driver that has not started.
 func New(cfg Config) (*Driver, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
