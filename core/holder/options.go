@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // Defaults for Options.
@@ -110,8 +112,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+func invalid(field, format string, args ...any) error {
+	return config.Invalid(ErrInvalidConfig, field, format, args...)
 }
 
 // resolved is Options after validation and defaults.
@@ -128,17 +130,48 @@ type resolved struct {
 	passThrough bool // Options.PassThroughUnregistered
 }
 
-func (o Options) resolve(prefixes []string) (*resolved, error) {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults. The timeouts have defaults only for the default Transport.
+func (o Options) withDefaults() Options {
+	if o.RetryAfter == 0 {
+		o.RetryAfter = DefaultRetryAfter
+	}
+	if o.Transport == nil {
+		if o.DialTimeout == 0 {
+			o.DialTimeout = DefaultDialTimeout
+		}
+		if o.ResponseHeaderTimeout == 0 {
+			o.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// validate checks options that have their defaults. Peers and Self are
+// checked where they are parsed, by resolve.
+func (o Options) validate() error {
 	switch {
 	case o.RetryAfter < 0:
-		return nil, invalid("Options.RetryAfter is %v; it must not be negative", o.RetryAfter)
+		return invalid("Options.RetryAfter", "is %v; it must not be negative", o.RetryAfter)
 	case o.DialTimeout < 0:
-		return nil, invalid("Options.DialTimeout is %v; it must not be negative", o.DialTimeout)
+		return invalid("Options.DialTimeout", "is %v; it must not be negative", o.DialTimeout)
 	case o.ResponseHeaderTimeout < 0:
-		return nil, invalid("Options.ResponseHeaderTimeout is %v; it must not be negative", o.ResponseHeaderTimeout)
+		return invalid("Options.ResponseHeaderTimeout", "is %v; it must not be negative", o.ResponseHeaderTimeout)
 	case o.Transport != nil && (o.DialTimeout != 0 || o.ResponseHeaderTimeout != 0):
-		return nil, invalid("Options.DialTimeout and Options.ResponseHeaderTimeout apply to the default transport only; " +
+		return invalid("Options.DialTimeout", "and Options.ResponseHeaderTimeout apply to the default transport only; "+
 			"set the timeouts on Options.Transport instead")
+	}
+	return nil
+}
+
+// resolve validates o and the prefixes and parses them for the proxy.
+func (o Options) resolve(prefixes []string) (*resolved, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	ps, err := checkPrefixes(prefixes)
 	if err != nil {
@@ -150,13 +183,10 @@ func (o Options) resolve(prefixes []string) (*resolved, error) {
 	}
 	r := &resolved{prefixes: ps, log: o.Logger, peers: peers,
 		strip: o.StripCredentials, trustFwd: o.TrustForwardedHeaders, passThrough: o.PassThroughUnregistered}
-	if r.log == nil {
-		r.log = slog.New(slog.DiscardHandler)
-	}
 	if o.Self != "" {
 		u, err := parseAddress(o.Self, false)
 		if err != nil {
-			return nil, invalid("Options.Self: %v", err)
+			return nil, config.Wrap(ErrInvalidConfig, "Options.Self", err)
 		}
 		r.self = addressKey(u)
 		r.guard = o.Self
@@ -166,22 +196,10 @@ func (o Options) resolve(prefixes []string) (*resolved, error) {
 			r.guard = "unknown"
 		}
 	}
-	retry := o.RetryAfter
-	if retry == 0 {
-		retry = DefaultRetryAfter
-	}
-	r.retryAfter = strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10)
-
+	r.retryAfter = strconv.FormatInt(int64((o.RetryAfter+time.Second-1)/time.Second), 10)
 	r.transport = o.Transport
 	if r.transport == nil {
-		dial, header := o.DialTimeout, o.ResponseHeaderTimeout
-		if dial == 0 {
-			dial = DefaultDialTimeout
-		}
-		if header == 0 {
-			header = DefaultResponseHeaderTimeout
-		}
-		r.transport = defaultTransport(dial, header, peers)
+		r.transport = defaultTransport(o.DialTimeout, o.ResponseHeaderTimeout, peers)
 	}
 	return r, nil
 }
@@ -207,18 +225,18 @@ func defaultTransport(dial, header time.Duration, peers *peerPolicy) http.RoundT
 // slashes ("/" stays "/", meaning every path).
 func checkPrefixes(prefixes []string) ([]string, error) {
 	if len(prefixes) == 0 {
-		return nil, invalid("prefixes: none given; pass at least one path prefix such as \"/maintenance\"")
+		return nil, invalid("prefixes", "are none; pass at least one path prefix such as \"/maintenance\"")
 	}
 	out := make([]string, 0, len(prefixes))
 	for _, p := range prefixes {
 		if !strings.HasPrefix(p, "/") {
-			return nil, invalid("prefixes: %q does not start with \"/\"", p)
+			return nil, config.Wrap(ErrInvalidConfig, "prefixes", fmt.Errorf("%q does not start with \"/\"", p))
 		}
 		if p != "/" {
 			p = strings.TrimSuffix(p, "/")
 		}
 		if path.Clean(p) != p || strings.ContainsAny(p, "?#") {
-			return nil, invalid("prefixes: %q is not a clean path (no \"//\", \".\", \"..\", \"?\" or \"#\")", p)
+			return nil, config.Wrap(ErrInvalidConfig, "prefixes", fmt.Errorf("%q is not a clean path (no \"//\", \".\", \"..\", \"?\" or \"#\")", p))
 		}
 		out = append(out, p)
 	}

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // errNotPeer marks a holder address, or an address it resolved to, that the
@@ -39,8 +41,8 @@ type peerPolicy struct {
 
 func newPeerPolicy(entries []string, allow func(*url.URL) bool) (*peerPolicy, error) {
 	if len(entries) == 0 && allow == nil {
-		return nil, invalid("Options.Peers is empty and Options.AllowPeer is nil; the proxy would forward " +
-			"clients' requests to whatever address a lease row names: list your instances' networks or host names, " +
+		return nil, invalid("Options.Peers", "is empty and Options.AllowPeer is nil; the proxy would forward "+
+			"clients' requests to whatever address a lease row names: list your instances' networks or host names, "+
 			"e.g. Peers: []string{\"10.0.0.0/8\"}")
 	}
 	p := &peerPolicy{names: map[string]bool{}, allow: allow}
@@ -55,14 +57,14 @@ func newPeerPolicy(entries []string, allow func(*url.URL) bool) (*peerPolicy, er
 		name := strings.ToLower(strings.TrimSuffix(e, "."))
 		if suffix, ok := strings.CutPrefix(name, "."); ok {
 			if !validHostName(suffix) {
-				return nil, invalid("Options.Peers[%d]: %q is not a domain suffix such as \".pods.internal\"", i, e)
+				return nil, config.Wrap(ErrInvalidConfig, fmt.Sprintf("Options.Peers[%d]", i), fmt.Errorf("%q is not a domain suffix such as \".pods.internal\"", e))
 			}
 			p.suffixes = append(p.suffixes, name)
 			continue
 		}
 		if !validHostName(name) {
-			return nil, invalid("Options.Peers[%d]: %q is not an IP address, a CIDR prefix, a host name or a "+
-				"\".domain\" suffix (no scheme, port or path)", i, e)
+			return nil, config.Wrap(ErrInvalidConfig, fmt.Sprintf("Options.Peers[%d]", i), fmt.Errorf("%q is not an IP address, a CIDR prefix, a host name or a "+
+				"\".domain\" suffix (no scheme, port or path)", e))
 		}
 		p.names[name] = true
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/lease"
 )
 
@@ -25,10 +26,10 @@ import (
 // prefixes, a prefix that is not a clean absolute path, or bad Options.
 func RoleProxy(reg *lease.Registry, role string, opts Options, prefixes ...string) (func(http.Handler) http.Handler, error) {
 	if reg == nil {
-		return nil, invalid("reg is nil")
+		return nil, invalid("reg", "is nil")
 	}
 	if err := lease.ValidateRole(role); err != nil {
-		return nil, invalid("role: %v", err)
+		return nil, config.Wrap(ErrInvalidConfig, "role", err)
 	}
 	f, err := newForwarder(opts, prefixes)
 	if err != nil {
@@ -100,12 +101,12 @@ func newPartitionProxy(reg *lease.Registry, partition, scope string, scoped bool
 	key func(*http.Request) (string, bool), opts Options, prefixes []string) (func(http.Handler) http.Handler, error) {
 	switch {
 	case reg == nil:
-		return nil, invalid("reg is nil")
+		return nil, invalid("reg", "is nil")
 	case key == nil:
-		return nil, invalid("key is nil")
+		return nil, invalid("key", "is nil")
 	}
 	if err := lease.ValidateRole(partition); err != nil {
-		return nil, invalid("partition: %v", err)
+		return nil, config.Wrap(ErrInvalidConfig, "partition", err)
 	}
 	f, err := newForwarder(opts, prefixes)
 	if err != nil {

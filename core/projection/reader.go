@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // ErrInvalidConfig is returned (wrapped, naming the field and the reason)
 // by the constructors for options they cannot run with.
 var ErrInvalidConfig = errors.New("baton/projection: invalid config")
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+func invalid(field, format string, args ...any) error {
+	return config.Invalid(ErrInvalidConfig, field, format, args...)
 }
 
 // LocalReader answers permission questions from the store alone: no
@@ -27,7 +29,7 @@ type LocalReader struct {
 // NewLocalReader returns a LocalReader over store.
 func NewLocalReader(store Store) (*LocalReader, error) {
 	if store == nil {
-		return nil, invalid("NewLocalReader: the Store is nil")
+		return nil, invalid("NewLocalReader: store", "is nil")
 	}
 	return &LocalReader{store: store}, nil
 }
@@ -80,15 +82,22 @@ type ReaderOptions struct {
 	Logger *slog.Logger
 }
 
-func (o *ReaderOptions) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o ReaderOptions) withDefaults() ReaderOptions {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o ReaderOptions) validate() error {
 	switch {
 	case o.Store == nil:
-		return invalid("ReaderOptions.Store is nil")
+		return invalid("ReaderOptions.Store", "is nil")
 	case o.Source == nil:
-		return invalid("ReaderOptions.Source is nil")
+		return invalid("ReaderOptions.Source", "is nil")
 	}
 	return nil
 }
@@ -124,6 +133,7 @@ type flight struct {
 
 // NewReader validates opts and returns a Reader.
 func NewReader(opts ReaderOptions) (*Reader, error) {
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}

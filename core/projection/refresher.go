@@ -49,27 +49,35 @@ type RefresherOptions struct {
 	Logger *slog.Logger
 }
 
-func (o *RefresherOptions) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults. Interval has one only with Subjects: without a schedule it
+// stays 0.
+func (o RefresherOptions) withDefaults() RefresherOptions {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.RetryDelay == 0 {
 		o.RetryDelay = DefaultRetryDelay
 	}
-	switch {
-	case o.Store == nil:
-		return invalid("RefresherOptions.Store is nil")
-	case o.Source == nil:
-		return invalid("RefresherOptions.Source is nil")
-	case o.Interval < 0:
-		return invalid("RefresherOptions.Interval is %v; it must be positive", o.Interval)
-	case o.Interval > 0 && o.Subjects == nil:
-		return invalid("RefresherOptions.Interval is %v but Subjects is nil; a schedule needs the subjects to refresh", o.Interval)
-	case o.RetryDelay < 0:
-		return invalid("RefresherOptions.RetryDelay is %v; it must be positive", o.RetryDelay)
-	}
 	if o.Interval == 0 && o.Subjects != nil {
 		o.Interval = DefaultRefreshInterval
+	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o RefresherOptions) validate() error {
+	switch {
+	case o.Store == nil:
+		return invalid("RefresherOptions.Store", "is nil")
+	case o.Source == nil:
+		return invalid("RefresherOptions.Source", "is nil")
+	case o.Interval < 0:
+		return invalid("RefresherOptions.Interval", "is %v; it must be positive", o.Interval)
+	case o.Interval > 0 && o.Subjects == nil:
+		return invalid("RefresherOptions.Interval", "is %v but Subjects is nil; a schedule needs the subjects to refresh", o.Interval)
+	case o.RetryDelay < 0:
+		return invalid("RefresherOptions.RetryDelay", "is %v; it must be positive", o.RetryDelay)
 	}
 	return nil
 }
@@ -92,6 +100,7 @@ type Refresher struct {
 
 // NewRefresher validates opts and returns a Refresher that has not started.
 func NewRefresher(opts RefresherOptions) (*Refresher, error) {
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}

@@ -20,18 +20,25 @@ type SweeperOptions struct {
 	Logger *slog.Logger
 }
 
-func (o *SweeperOptions) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o SweeperOptions) withDefaults() SweeperOptions {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Interval == 0 {
 		o.Interval = DefaultSweepInterval
 	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o SweeperOptions) validate() error {
 	switch {
 	case o.Store == nil:
-		return invalid("SweeperOptions.Store is nil")
+		return invalid("SweeperOptions.Store", "is nil")
 	case o.Interval < 0:
-		return invalid("SweeperOptions.Interval is %v; it must be positive", o.Interval)
+		return invalid("SweeperOptions.Interval", "is %v; it must be positive", o.Interval)
 	}
 	return nil
 }
@@ -53,6 +60,7 @@ type Sweeper struct {
 
 // NewSweeper validates opts and returns a Sweeper that has not started.
 func NewSweeper(opts SweeperOptions) (*Sweeper, error) {
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
