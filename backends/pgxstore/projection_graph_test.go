@@ -64,7 +64,7 @@ func TestProjectionStore_AfterCrashTruncationReaderRefreshesFromTheGraphEngine(t
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, err := projection.NewReader(projection.ReaderOptions{Store: st, Source: graphSource{grants}})
+	reader, err := projection.NewReader(projection.ReaderConfig{Store: st, Source: graphSource{grants}})
 	if err != nil {
 		t.Fatal(err)
 	}

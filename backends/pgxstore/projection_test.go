@@ -157,7 +157,7 @@ func TestProjectionStore_AfterCrashTruncationLocalReaderSaysRefreshAndReaderRefr
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, err := projection.NewReader(projection.ReaderOptions{Store: st, Source: source})
+	reader, err := projection.NewReader(projection.ReaderConfig{Store: st, Source: source})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func (in *instance) wire() error {
 
 	// Only the coordinator refreshes projections: the schedule lists the
 	// subjects while this instance holds the role, and nothing otherwise.
-	in.refresher, err = projection.NewRefresher(projection.RefresherOptions{
+	in.refresher, err = projection.NewRefresher(projection.RefresherConfig{
 		Store:  in.deps.Projection,
 		Source: d.grantsSource,
 		Subjects: func(context.Context) ([]projection.Subject, error) {
@@ -156,7 +156,7 @@ func (in *instance) wire() error {
 		},
 		// The demo's instances all listen on 127.0.0.1: loopback must be
 		// named to be a peer.
-		holder.Options{Peers: []string{"127.0.0.1"}, Transport: d.proxyTransport, Self: addr, RetryAfter: time.Second,
+		holder.Config{Peers: []string{"127.0.0.1"}, Transport: d.proxyTransport, Self: addr, RetryAfter: time.Second,
 			Logger: d.logger.With("instance", in.name)},
 		"/profiles/")
 	if err != nil {

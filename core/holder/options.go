@@ -16,7 +16,7 @@ import (
 	"github.com/baton-go/baton/core/config"
 )
 
-// Defaults for Options.
+// Defaults for Config.
 const (
 	// DefaultRetryAfter is the Retry-After of a 503: long enough for a
 	// heartbeat to refresh the holder snapshot, short enough that a client
@@ -33,18 +33,18 @@ const (
 )
 
 // LoopGuardHeader marks a forwarded request. Its value is the forwarding
-// instance's Options.Self (or its host name when Self is empty), for
+// instance's Config.Self (or its host name when Self is empty), for
 // diagnostics; its presence is what counts: a request carrying it is never
 // forwarded again and never runs on a non-holder.
 const LoopGuardHeader = "Baton-Forwarded-By"
 
 // ErrInvalidConfig is returned, wrapped with the field and the reason, by
-// the constructors for arguments or Options they cannot run with.
+// the constructors for arguments or Config they cannot run with.
 var ErrInvalidConfig = errors.New("baton/holder: invalid configuration")
 
-// Options tunes the proxy. Peers (or AllowPeer) is required; everything
+// Config tunes the proxy. Peers (or AllowPeer) is required; everything
 // else has a default.
-type Options struct {
+type Config struct {
 	// Peers lists where requests may be forwarded. A holder address comes
 	// from the lease table, which anyone with write access to it can set;
 	// before every forward the address is checked against this list, and a
@@ -116,23 +116,23 @@ func invalid(field, format string, args ...any) error {
 	return config.Invalid(ErrInvalidConfig, field, format, args...)
 }
 
-// resolved is Options after validation and defaults.
+// resolved is Config after validation and defaults.
 type resolved struct {
 	transport   http.RoundTripper
 	retryAfter  string // header value, whole seconds
-	self        string // addressKey of Options.Self; "" when unknown
+	self        string // addressKey of Config.Self; "" when unknown
 	guard       string // LoopGuardHeader value
 	log         *slog.Logger
 	prefixes    []string
 	peers       *peerPolicy
-	strip       bool // Options.StripCredentials
-	trustFwd    bool // Options.TrustForwardedHeaders
-	passThrough bool // Options.PassThroughUnregistered
+	strip       bool // Config.StripCredentials
+	trustFwd    bool // Config.TrustForwardedHeaders
+	passThrough bool // Config.PassThroughUnregistered
 }
 
 // withDefaults returns a copy of o with its zero fields set to the
 // defaults. The timeouts have defaults only for the default Transport.
-func (o Options) withDefaults() Options {
+func (o Config) withDefaults() Config {
 	if o.RetryAfter == 0 {
 		o.RetryAfter = DefaultRetryAfter
 	}
@@ -152,23 +152,23 @@ func (o Options) withDefaults() Options {
 
 // validate checks options that have their defaults. Peers and Self are
 // checked where they are parsed, by resolve.
-func (o Options) validate() error {
+func (o Config) validate() error {
 	switch {
 	case o.RetryAfter < 0:
-		return invalid("Options.RetryAfter", "is %v; it must not be negative", o.RetryAfter)
+		return invalid("Config.RetryAfter", "is %v; it must not be negative", o.RetryAfter)
 	case o.DialTimeout < 0:
-		return invalid("Options.DialTimeout", "is %v; it must not be negative", o.DialTimeout)
+		return invalid("Config.DialTimeout", "is %v; it must not be negative", o.DialTimeout)
 	case o.ResponseHeaderTimeout < 0:
-		return invalid("Options.ResponseHeaderTimeout", "is %v; it must not be negative", o.ResponseHeaderTimeout)
+		return invalid("Config.ResponseHeaderTimeout", "is %v; it must not be negative", o.ResponseHeaderTimeout)
 	case o.Transport != nil && (o.DialTimeout != 0 || o.ResponseHeaderTimeout != 0):
-		return invalid("Options.DialTimeout", "and Options.ResponseHeaderTimeout apply to the default transport only; "+
-			"set the timeouts on Options.Transport instead")
+		return invalid("Config.DialTimeout", "and Config.ResponseHeaderTimeout apply to the default transport only; "+
+			"set the timeouts on Config.Transport instead")
 	}
 	return nil
 }
 
 // resolve validates o and the prefixes and parses them for the proxy.
-func (o Options) resolve(prefixes []string) (*resolved, error) {
+func (o Config) resolve(prefixes []string) (*resolved, error) {
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -186,7 +186,7 @@ func (o Options) resolve(prefixes []string) (*resolved, error) {
 	if o.Self != "" {
 		u, err := parseAddress(o.Self, false)
 		if err != nil {
-			return nil, config.Wrap(ErrInvalidConfig, "Options.Self", err)
+			return nil, config.Wrap(ErrInvalidConfig, "Config.Self", err)
 		}
 		r.self = addressKey(u)
 		r.guard = o.Self

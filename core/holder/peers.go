@@ -16,7 +16,7 @@ import (
 // peer policy refuses.
 var errNotPeer = errors.New("not an allowed peer")
 
-// Address ranges that no entry of Options.Peers covers by accident: an
+// Address ranges that no entry of Config.Peers covers by accident: an
 // entry allows an address in them only if the entry lies inside the range
 // itself.
 var (
@@ -26,7 +26,7 @@ var (
 	linkLocalV6 = netip.MustParsePrefix("fe80::/10")
 )
 
-// peerPolicy is Options.Peers and Options.AllowPeer, parsed. A lease row is
+// peerPolicy is Config.Peers and Config.AllowPeer, parsed. A lease row is
 // written by whoever can write the lease table; the policy is what keeps a
 // row naming someone else's server from receiving the clients' requests.
 type peerPolicy struct {
@@ -41,7 +41,7 @@ type peerPolicy struct {
 
 func newPeerPolicy(entries []string, allow func(*url.URL) bool) (*peerPolicy, error) {
 	if len(entries) == 0 && allow == nil {
-		return nil, invalid("Options.Peers", "is empty and Options.AllowPeer is nil; the proxy would forward "+
+		return nil, invalid("Config.Peers", "is empty and Config.AllowPeer is nil; the proxy would forward "+
 			"clients' requests to whatever address a lease row names: list your instances' networks or host names, "+
 			"e.g. Peers: []string{\"10.0.0.0/8\"}")
 	}
@@ -57,13 +57,13 @@ func newPeerPolicy(entries []string, allow func(*url.URL) bool) (*peerPolicy, er
 		name := strings.ToLower(strings.TrimSuffix(e, "."))
 		if suffix, ok := strings.CutPrefix(name, "."); ok {
 			if !validHostName(suffix) {
-				return nil, config.Wrap(ErrInvalidConfig, fmt.Sprintf("Options.Peers[%d]", i), fmt.Errorf("%q is not a domain suffix such as \".pods.internal\"", e))
+				return nil, config.Wrap(ErrInvalidConfig, fmt.Sprintf("Config.Peers[%d]", i), fmt.Errorf("%q is not a domain suffix such as \".pods.internal\"", e))
 			}
 			p.suffixes = append(p.suffixes, name)
 			continue
 		}
 		if !validHostName(name) {
-			return nil, config.Wrap(ErrInvalidConfig, fmt.Sprintf("Options.Peers[%d]", i), fmt.Errorf("%q is not an IP address, a CIDR prefix, a host name or a "+
+			return nil, config.Wrap(ErrInvalidConfig, fmt.Sprintf("Config.Peers[%d]", i), fmt.Errorf("%q is not an IP address, a CIDR prefix, a host name or a "+
 				"\".domain\" suffix (no scheme, port or path)", e))
 		}
 		p.names[name] = true
@@ -117,7 +117,7 @@ func validHostName(s string) bool {
 // checkAddress judges an address the proxy is about to connect to, however
 // it was found (an IP in the lease row, or a name resolved at dial time):
 // never unspecified or multicast (0.0.0.0 reaches the local machine), and
-// loopback or link-local only when Options.Peers names that range.
+// loopback or link-local only when Config.Peers names that range.
 func (p *peerPolicy) checkAddress(ip netip.Addr) error {
 	ip = ip.Unmap().WithZone("")
 	switch {
@@ -131,7 +131,7 @@ func (p *peerPolicy) checkAddress(ip netip.Addr) error {
 				return nil
 			}
 		}
-		return fmt.Errorf("%w: %s is a loopback or link-local address, which Options.Peers must name explicitly "+
+		return fmt.Errorf("%w: %s is a loopback or link-local address, which Config.Peers must name explicitly "+
 			"(e.g. \"127.0.0.1\")", errNotPeer, ip)
 	}
 	return nil
@@ -164,7 +164,7 @@ func (p *peerPolicy) check(target *url.URL) error {
 	if p.allow != nil && p.allow(&url.URL{Scheme: target.Scheme, Host: target.Host}) {
 		return nil
 	}
-	return fmt.Errorf("%w: %s is not in Options.Peers", errNotPeer, target.Host)
+	return fmt.Errorf("%w: %s is not in Config.Peers", errNotPeer, target.Host)
 }
 
 // dialControl checks every address the default transport connects to,

@@ -49,7 +49,7 @@ func TestRoleProxy_AnUnregisteredRoleIs503AndLoggedAtStartupUnlessPassThroughIsS
 	}
 	// A misspelled role: registered as "maintenance", proxied as "maintenanse".
 	logs := &recordingHandler{}
-	mw, err := holder.RoleProxy(m.Registry(), "maintenanse", holder.Options{Peers: testPeers, Logger: slog.New(logs)}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), "maintenanse", holder.Config{Peers: testPeers, Logger: slog.New(logs)}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestPartitionProxy_AnUnregisteredPartitionSetIs503UnlessPassThroughIsSet(t 
 	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	logs := &recordingHandler{}
-	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{Peers: testPeers, Logger: slog.New(logs)}, "/device-api")
+	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Config{Peers: testPeers, Logger: slog.New(logs)}, "/device-api")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // ErrInvalidConfig is returned (wrapped, naming the field and the reason)
-// by the constructors for options they cannot run with.
+// by the constructors for a Config they cannot run with.
 var ErrInvalidConfig = errors.New("baton/projection: invalid config")
 
 func invalid(field, format string, args ...any) error {
@@ -70,8 +70,8 @@ func hasPermission(ctx context.Context, read func(context.Context, Subject, stri
 	return m.Has(bit), nil
 }
 
-// ReaderOptions configure a Reader.
-type ReaderOptions struct {
+// ReaderConfig configures a Reader.
+type ReaderConfig struct {
 	// Store holds the projections. Required.
 	Store Store
 	// Source fetches a subject's grants when its projection is absent.
@@ -84,7 +84,7 @@ type ReaderOptions struct {
 
 // withDefaults returns a copy of o with its zero fields set to the
 // defaults.
-func (o ReaderOptions) withDefaults() ReaderOptions {
+func (o ReaderConfig) withDefaults() ReaderConfig {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -92,12 +92,12 @@ func (o ReaderOptions) withDefaults() ReaderOptions {
 }
 
 // validate checks options that have their defaults.
-func (o ReaderOptions) validate() error {
+func (o ReaderConfig) validate() error {
 	switch {
 	case o.Store == nil:
-		return invalid("ReaderOptions.Store", "is nil")
+		return invalid("ReaderConfig.Store", "is nil")
 	case o.Source == nil:
-		return invalid("ReaderOptions.Source", "is nil")
+		return invalid("ReaderConfig.Source", "is nil")
 	}
 	return nil
 }
@@ -131,13 +131,13 @@ type flight struct {
 	abandoned bool
 }
 
-// NewReader validates opts and returns a Reader.
-func NewReader(opts ReaderOptions) (*Reader, error) {
-	opts = opts.withDefaults()
-	if err := opts.validate(); err != nil {
+// NewReader validates cfg and returns a Reader.
+func NewReader(cfg ReaderConfig) (*Reader, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Reader{store: opts.Store, source: opts.Source, logger: opts.Logger, flights: make(map[Subject]*flight)}, nil
+	return &Reader{store: cfg.Store, source: cfg.Source, logger: cfg.Logger, flights: make(map[Subject]*flight)}, nil
 }
 
 // Mask returns the subject's mask on a resource, refreshing the subject's

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// SweeperOptions configure a Sweeper. A zero Interval takes the default; a
+// SweeperConfig configures a Sweeper. A zero Interval takes the default; a
 // negative one is an error.
-type SweeperOptions struct {
+type SweeperConfig struct {
 	// Store holds the projections. Required.
 	Store Store
 	// Interval is the pause between sweeps in Run (default
@@ -22,7 +22,7 @@ type SweeperOptions struct {
 
 // withDefaults returns a copy of o with its zero fields set to the
 // defaults.
-func (o SweeperOptions) withDefaults() SweeperOptions {
+func (o SweeperConfig) withDefaults() SweeperConfig {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -33,12 +33,12 @@ func (o SweeperOptions) withDefaults() SweeperOptions {
 }
 
 // validate checks options that have their defaults.
-func (o SweeperOptions) validate() error {
+func (o SweeperConfig) validate() error {
 	switch {
 	case o.Store == nil:
-		return invalid("SweeperOptions.Store", "is nil")
+		return invalid("SweeperConfig.Store", "is nil")
 	case o.Interval < 0:
-		return invalid("SweeperOptions.Interval", "is %v; it must be positive", o.Interval)
+		return invalid("SweeperConfig.Interval", "is %v; it must be positive", o.Interval)
 	}
 	return nil
 }
@@ -54,17 +54,17 @@ func (o SweeperOptions) validate() error {
 // loops would delete N batches per interval and break the bound. A sweep
 // has no bound to keep; it converges.
 type Sweeper struct {
-	opts    SweeperOptions
+	opts    SweeperConfig
 	running atomic.Bool
 }
 
-// NewSweeper validates opts and returns a Sweeper that has not started.
-func NewSweeper(opts SweeperOptions) (*Sweeper, error) {
-	opts = opts.withDefaults()
-	if err := opts.validate(); err != nil {
+// NewSweeper validates cfg and returns a Sweeper that has not started.
+func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Sweeper{opts: opts}, nil
+	return &Sweeper{opts: cfg}, nil
 }
 
 // Sweep deletes every superseded generation now and returns how many it

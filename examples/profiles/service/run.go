@@ -270,7 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	proxy, err := holder.RoleProxy(mgr.Registry(), maintenanceRole, holder.Options{Self: self, Peers: cfg.Peers, Logger: log}, "/maintenance")
+	proxy, err := holder.RoleProxy(mgr.Registry(), maintenanceRole, holder.Config{Self: self, Peers: cfg.Peers, Logger: log}, "/maintenance")
 	if err != nil {
 		return err
 	}
