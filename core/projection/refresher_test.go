@@ -317,7 +317,7 @@ func TestNewRefresher_RejectsInvalidOptionsNamingTheField(t *testing.T) {
 		"RefresherConfig.Store":      {Source: source},
 		"RefresherConfig.Source":     {Store: store},
 		"RefresherConfig.Interval":   {Store: store, Source: source, Subjects: subjects, Interval: -time.Second},
-		"Subjects is nil":             {Store: store, Source: source, Interval: time.Second},
+		"Subjects is nil":            {Store: store, Source: source, Interval: time.Second},
 		"RefresherConfig.RetryDelay": {Store: store, Source: source, RetryDelay: -1},
 	}
 	for mention, opts := range cases {

@@ -49,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/lock"
 )
 
@@ -82,20 +83,27 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o Options) withDefaults() Options {
 	if o.PingInterval == 0 {
 		o.PingInterval = DefaultPingInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o Options) validate() error {
 	switch {
 	case o.PingInterval < 0:
-		return fmt.Errorf("%w: pglock.Options.PingInterval is %v; it must be positive", lock.ErrInvalidOptions, o.PingInterval)
+		return config.Invalid(lock.ErrInvalidOptions, "pglock.Options.PingInterval", "is %v; it must be positive", o.PingInterval)
 	case len(o.Namespace) > lock.MaxNameLength:
-		return fmt.Errorf("%w: pglock.Options.Namespace is %d bytes; the limit is %d", lock.ErrInvalidOptions, len(o.Namespace), lock.MaxNameLength)
+		return config.Invalid(lock.ErrInvalidOptions, "pglock.Options.Namespace", "is %d bytes; the limit is %d", len(o.Namespace), lock.MaxNameLength)
 	case len(o.Schema) > 63:
-		return fmt.Errorf("%w: pglock.Options.Schema is %d bytes; PostgreSQL names are at most 63", lock.ErrInvalidOptions, len(o.Schema))
+		return config.Invalid(lock.ErrInvalidOptions, "pglock.Options.Schema", "is %d bytes; PostgreSQL names are at most 63", len(o.Schema))
 	}
 	return o.Backoff.Validate()
 }
@@ -115,8 +123,9 @@ var _ lock.Provider = (*Provider)(nil)
 // (or give the provider a small pool of its own) accordingly.
 func New(pool *pgxpool.Pool, opts Options) (*Provider, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: pglock.New: the pool is nil", lock.ErrInvalidOptions)
+		return nil, config.Invalid(lock.ErrInvalidOptions, "pglock.New: pool", "is nil")
 	}
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
