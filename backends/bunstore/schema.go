@@ -21,8 +21,8 @@ type SchemaOptions struct {
 	Logger *slog.Logger
 }
 
-func (o SchemaOptions) config() pgsql.SchemaConfig {
-	return pgsql.SchemaConfig{Adapter: adapter, Field: "SchemaOptions.Schema", Schema: o.Schema, Logger: o.Logger}
+func (o SchemaOptions) config() pgsql.SchemaOptions {
+	return pgsql.SchemaOptions{Adapter: adapter, Field: "SchemaOptions.Schema", Schema: o.Schema, Logger: o.Logger}
 }
 
 // Migrate brings baton's tables in the schema up to the latest migration,

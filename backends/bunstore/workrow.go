@@ -110,7 +110,7 @@ func NewWorkRows[K comparable, R any](ctx context.Context, db bun.IDB, opts Work
 	for _, f := range table.Fields {
 		columns = append(columns, f.Name)
 	}
-	s.WorkRows, err = pgsql.NewWorkRows(h, pgsql.WorkConfig[K, R]{
+	s.WorkRows, err = pgsql.NewWorkRows(h, pgsql.WorkRowsOptions[K, R]{
 		Adapter: adapter, Schema: s.opts.Schema, Table: s.opts.Table, IDColumn: s.opts.IDColumn,
 		LockIDColumn: s.opts.LockIDColumn, LockedUntilColumn: s.opts.LockedUntilColumn, Live: s.opts.Live, Order: s.opts.Order,
 		Alias:   string(table.SQLAlias),
@@ -325,9 +325,9 @@ func ClaimIndex[R any](db bun.IDB, opts WorkRowsOptions) (*bun.CreateIndexQuery,
 	}
 	opts = opts.withModel(table)
 	// The store's own checks of the options, with the same messages.
-	check := pgsql.WorkConfig[struct{}, R]{Adapter: adapter, Schema: opts.Schema, Table: opts.Table, IDColumn: opts.IDColumn,
+	check := pgsql.WorkRowsOptions[struct{}, R]{Adapter: adapter, Schema: opts.Schema, Table: opts.Table, IDColumn: opts.IDColumn,
 		LockIDColumn: opts.LockIDColumn, LockedUntilColumn: opts.LockedUntilColumn, Live: opts.Live, Order: opts.Order}
-	if err := check.Validate(); err != nil {
+	if err := check.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	return claimIndexQuery[R](db, opts)

@@ -82,7 +82,7 @@ type MigrateOptions struct {
 // The migration files name no schema; Migrate points the transaction's
 // search_path at the target schema so they land there.
 func Migrate(ctx context.Context, db TxStarter, opts MigrateOptions) error {
-	return pgsql.Migrate(ctx, beginner(db), pgsql.SchemaConfig{Adapter: adapter, Field: "MigrateOptions.Schema", Schema: opts.Schema, Logger: opts.Logger})
+	return pgsql.Migrate(ctx, beginner(db), pgsql.SchemaOptions{Adapter: adapter, Field: "MigrateOptions.Schema", Schema: opts.Schema, Logger: opts.Logger})
 }
 
 // VerifyOptions configures VerifySchema.
@@ -109,7 +109,7 @@ type VerifyOptions struct {
 //
 // Being cheap and side-effect free, it suits a readiness check.
 func VerifySchema(ctx context.Context, db TxStarter, opts VerifyOptions) error {
-	return pgsql.VerifySchema(ctx, beginner(db), pgsql.SchemaConfig{Adapter: adapter, Field: "VerifyOptions.Schema", Schema: opts.Schema})
+	return pgsql.VerifySchema(ctx, beginner(db), pgsql.SchemaOptions{Adapter: adapter, Field: "VerifyOptions.Schema", Schema: opts.Schema})
 }
 
 func beginner(db TxStarter) pgsql.Beginner {

@@ -135,7 +135,7 @@ func NewWorkRows[K comparable, R any](pool *pgxpool.Pool, opts WorkRowsOptions[R
 	if len(opts.Columns) > 0 {
 		from = "WorkRowsOptions.Columns"
 	}
-	st, err := pgsql.NewWorkRows(newPoolDB(pool), pgsql.WorkConfig[K, R]{
+	st, err := pgsql.NewWorkRows(newPoolDB(pool), pgsql.WorkRowsOptions[K, R]{
 		Adapter: adapter, Schema: opts.Schema, Table: opts.Table,
 		IDColumn: opts.IDColumn, LockIDColumn: opts.LockIDColumn, LockedUntilColumn: opts.LockedUntilColumn,
 		Live: opts.Live, Order: opts.Order, LockFreeCandidates: opts.LockFreeCandidates,
