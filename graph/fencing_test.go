@@ -23,9 +23,12 @@ func TestDeposedLeader_IsRefusedByTheEngineAndSettlesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e := graphtest.New(t)
-	store := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	store, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
 
 	// Two providers that do not know of each other: both grant the leader
+	if err != nil {
+		t.Fatal(err)
+	}
 	// lock, A with token 1, B (after four earlier acquisitions) with 5.
 	provA, _ := locksmemory.New(locksmemory.Options{})
 	provB, _ := locksmemory.New(locksmemory.Options{})

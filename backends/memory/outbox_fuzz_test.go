@@ -20,7 +20,10 @@ func FuzzDriver_NothingAProcessorReturnsStallsTheWalk(f *testing.F) {
 	outboxtest.FuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, plan []byte) {
 		synctest.Test(t, func(t *testing.T) {
-			st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+			st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			locks, err := locksmemory.New(locksmemory.Options{})
 			if err != nil {
 				t.Fatal(err)

@@ -129,9 +129,15 @@ func (b *memoryBackend) Setup(context.Context) error {
 		return err
 	}
 	b.locks = locks
-	b.leases = memory.NewLeaseStore(memory.LeaseStoreOptions{})
-	b.outbox = memory.NewOutboxStore(memory.OutboxStoreOptions{})
-	b.proj = memory.NewProjectionStore(memory.ProjectionStoreOptions{})
+	if b.leases, err = memory.NewLeaseStore(memory.LeaseStoreOptions{}); err != nil {
+		return err
+	}
+	if b.outbox, err = memory.NewOutboxStore(memory.OutboxStoreOptions{}); err != nil {
+		return err
+	}
+	if b.proj, err = memory.NewProjectionStore(memory.ProjectionStoreOptions{}); err != nil {
+		return err
+	}
 	b.profiles = &memProfiles{rows: map[string]*memRow{}}
 	return nil
 }

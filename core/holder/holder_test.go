@@ -94,7 +94,10 @@ type clusterSpec struct {
 // manager advertising its own server URL, and cleans all of it up.
 func startCluster(t *testing.T, spec clusterSpec) []*node {
 	t.Helper()
-	store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tr := &http.Transport{}
 	app := spec.app
 	if app == nil {
@@ -270,4 +273,14 @@ func newSilentServer(t *testing.T, unblock <-chan struct{}) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// memLeases is a fresh in-memory lease store.
+func memLeases(t *testing.T) *memory.LeaseStore {
+	t.Helper()
+	st, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -197,7 +197,7 @@ func TestProxy_PathsOutsideThePrefixesPassThroughOnEveryInstance(t *testing.T) {
 }
 
 func TestProxy_PrefixesMatchWholePathSegments(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	if _, err := m.Register(role); err != nil { // not started: never held, holder unknown
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func TestProxy_PrefixesMatchWholePathSegments(t *testing.T) {
 
 func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 	t.Run("no holder yet", func(t *testing.T) {
-		m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+		m := newManager(t, memLeases(t), "solo", "")
 		t.Cleanup(func() { m.Close(context.Background()) })
 		if _, err := m.Register(role); err != nil {
 			t.Fatal(err)
@@ -251,7 +251,10 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 		}
 	})
 	t.Run("holder advertised no address", func(t *testing.T) {
-		store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+		store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		seed(t, store, role, "other", "", time.Minute)
 		m := newManager(t, store, "solo", "")
 		t.Cleanup(func() { m.Close(context.Background()) })
@@ -282,7 +285,10 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 // address.
 func seededLease(t *testing.T, address string) *lease.Manager {
 	t.Helper()
-	store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	seed(t, store, role, "other", address, time.Minute)
 	m := newManager(t, store, "solo", "http://127.0.0.1:9")
 	t.Cleanup(func() { m.Close(context.Background()) })
@@ -367,7 +373,7 @@ func TestRoleProxy_TransportErrorIs503(t *testing.T) {
 }
 
 func TestRoleProxy_UnregisteredLeasePassesThroughWhenAskedTo(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	logs := &recordingHandler{}
 	mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: testPeers, PassThroughUnregistered: true,
@@ -391,7 +397,7 @@ func TestRoleProxy_UnregisteredLeasePassesThroughWhenAskedTo(t *testing.T) {
 }
 
 func TestRoleProxy_ClosedLeaseIs503NotLocal(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	l, err := m.Register(role)
 	if err != nil {
@@ -512,7 +518,7 @@ func TestPartitionProxy_ForwardsToThePartitionsHolder(t *testing.T) {
 }
 
 func TestPartitionProxy_UnregisteredPartitionPassesThroughWhenAskedTo(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Config{Peers: testPeers, PassThroughUnregistered: true}, "/device-api")
 	if err != nil {
@@ -526,7 +532,7 @@ func TestPartitionProxy_UnregisteredPartitionPassesThroughWhenAskedTo(t *testing
 }
 
 func TestPartitionProxy_ClosedPartitionIs503NotLocal(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	p, err := m.RegisterPartition(partition, 2)
 	if err != nil {
@@ -544,7 +550,7 @@ func TestPartitionProxy_ClosedPartitionIs503NotLocal(t *testing.T) {
 }
 
 func TestConstructors_RejectInvalidArgumentsNamingTheField(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	reg := m.Registry()
 	tr := roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, errors.New("unused") })

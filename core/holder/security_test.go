@@ -192,7 +192,7 @@ func TestRoleProxy_AHostNameResolvingToLoopbackIsRefusedWhenDialing(t *testing.T
 }
 
 func TestConstructors_RequirePeersAndRejectMalformedEntries(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	reg := m.Registry()
 	build := map[string]func(holder.Config) error{
@@ -278,7 +278,10 @@ func TestRoleProxy_TrustForwardedHeadersRelaysThemAsReceived(t *testing.T) {
 // applies to them too.
 func TestPartitionProxy_RefusesAHolderOutsideThePeers(t *testing.T) {
 	evil := newAttacker(t, "127.0.0.2")
-	store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := newManager(t, store, "solo", "http://127.0.0.1:9")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	p, err := m.RegisterPartition(partition, 1)

@@ -13,7 +13,10 @@ import (
 // cycles, each gated by IsHeld, and hands over on Close.
 func ExampleManager() {
 	ctx := context.Background()
-	store := memory.NewLeaseStore(memory.LeaseStoreOptions{}) // pgxstore.NewLeaseStore in production
+	store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{}) // pgxstore.NewLeaseStore in production
+	if err != nil {
+		panic(err)
+	}
 
 	start := func(id string) (*lease.Manager, *lease.Lease) {
 		m, err := lease.NewManager(lease.Config{Store: store, InstanceID: id, Address: "http://" + id + ":8080"})

@@ -121,7 +121,11 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{t: t, store: memory.NewOutboxStore(memory.OutboxStoreOptions{}), locks: locks, notes: &notices{}}
+	memOutbox, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{t: t, store: memOutbox, locks: locks, notes: &notices{}}
 }
 
 // config is a driver config with short, distinct delays so tests can tell
@@ -777,7 +781,10 @@ func TestDriverAndRetention_LedByDifferentInstancesNeverTouchTheSameRows(t *test
 
 func TestNew_RejectsEveryInvalidOptionNamingIt(t *testing.T) {
 	locks, _ := locksmemory.New(locksmemory.Options{})
-	store := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	store, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	notify := func(context.Context, outbox.Notice) error { return nil }
 	ok := outbox.Config{Store: store, Locks: locks, Notify: notify}
 	cases := map[string]func(c *outbox.Config){

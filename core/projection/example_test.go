@@ -16,7 +16,10 @@ import (
 // the Refresher and Sweeper loops.
 func Example() {
 	ctx := context.Background()
-	store := memory.NewProjectionStore(memory.ProjectionStoreOptions{}) // pgxstore.NewProjectionStore in production
+	store, err := memory.NewProjectionStore(memory.ProjectionStoreOptions{}) // pgxstore.NewProjectionStore in production
+	if err != nil {
+		panic(err)
+	}
 
 	// The engine, here a map; in production a client of the engine's
 	// projection endpoint.
