@@ -69,7 +69,7 @@ func TestDeposedLeader_IsRefusedByTheEngineAndSettlesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := outbox.New(outbox.Config{
+		d, err := outbox.NewDriver(outbox.Config{
 			Store: store, Locks: p, Processors: procs,
 			Notify:    func(context.Context, outbox.Notice) error { return nil },
 			IdleDelay: 10 * time.Millisecond, ErrorDelay: 10 * time.Millisecond, LeaderWait: 100 * time.Millisecond,

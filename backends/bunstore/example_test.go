@@ -87,7 +87,7 @@ func runExample(ctx context.Context, db *bun.DB, out io.Writer) error {
 	var mu sync.Mutex
 	var announced []string
 	all := make(chan struct{})
-	driver, err := outbox.New(outbox.Config{
+	driver, err := outbox.NewDriver(outbox.Config{
 		Store: store, Locks: locks, RetentionDisabled: true, IdleDelay: 20 * time.Millisecond,
 		Notify: func(context.Context, outbox.Notice) error { return nil },
 		Processors: []outbox.Processor{outbox.ProcessorFunc{LaneName: "deliveries.created",

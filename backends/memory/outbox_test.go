@@ -325,7 +325,7 @@ func TestOutboxStore_UnderTheDriver(t *testing.T) {
 		}
 		return out, nil
 	}}
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: st, Locks: locks, Processors: []outbox.Processor{proc},
 		Notify:    func(context.Context, outbox.Notice) error { return nil },
 		IdleDelay: 5 * time.Millisecond, RetentionDisabled: true,

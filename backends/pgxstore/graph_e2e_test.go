@@ -93,7 +93,7 @@ func TestOutboxToGraphEngine_EndToEnd(t *testing.T) {
 		stuckAfter = time.Second
 		errorDelay = 200 * time.Millisecond
 	)
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: store, Locks: locks, Processors: procs, Notify: notify,
 		IdleDelay: 50 * time.Millisecond, ErrorDelay: errorDelay,
 		StuckAfter: stuckAfter, StuckNoticeEvery: time.Hour, RetentionDisabled: true,

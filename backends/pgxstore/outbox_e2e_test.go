@@ -55,7 +55,7 @@ func TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss(t *testin
 		for _, lane := range lanes {
 			procs = append(procs, log.Processor(name, lane))
 		}
-		d, err := outbox.New(outbox.Config{
+		d, err := outbox.NewDriver(outbox.Config{
 			Store: store, Locks: locks, Processors: procs,
 			Notify:    func(context.Context, outbox.Notice) error { return nil },
 			BatchSize: 100, IdleDelay: 20 * time.Millisecond, ErrorDelay: 50 * time.Millisecond,

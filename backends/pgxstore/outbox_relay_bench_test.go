@@ -67,7 +67,7 @@ func relayOnce(b *testing.B, ctx context.Context, st *OutboxStore, locks *lockme
 			return out, nil
 		}}
 	}
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: st, Locks: locks, BatchSize: batch, RetentionDisabled: true,
 		Processors: []outbox.Processor{noop("bench.0"), noop("bench.1"), noop("bench.2")},
 		Notify:     func(context.Context, outbox.Notice) error { return nil },

@@ -55,7 +55,7 @@ func sweepOnce(t testing.TB, ctx context.Context, st *OutboxStore, batch int) {
 		t.Fatal(err)
 	}
 	store := &firstDelete{OutboxStore: st, called: make(chan struct{})}
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: store, Locks: locks, Notify: func(context.Context, outbox.Notice) error { return nil },
 		IdleDelay: time.Hour, RetentionBatchSize: batch, RetentionInterval: time.Hour,
 	})

@@ -109,7 +109,7 @@ func (in *instance) wire() error {
 		return err
 	}
 	locks := &instanceLocks{inner: in.deps.Locks, in: in, board: d.board, lapse: in.deps.LockLapse, reaper: d.reaper}
-	in.driver, err = outbox.New(outbox.Config{
+	in.driver, err = outbox.NewDriver(outbox.Config{
 		Store:             in.deps.Outbox,
 		Locks:             locks,
 		Processors:        procs,

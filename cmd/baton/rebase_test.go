@@ -83,7 +83,7 @@ func TestOutboxRebase_AfterARealDumpAndRestoreTheDriverRefusesThenDeliversInOrde
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: dstStore, Locks: locks,
 		Processors: []outbox.Processor{outbox.ProcessorFunc{LaneName: "restore", Func: func(_ context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
 			mu.Lock()

@@ -36,7 +36,7 @@ const (
 	MaxBatchSize = 100_000
 )
 
-// ErrInvalidConfig is returned (wrapped, naming the field) by New.
+// ErrInvalidConfig is returned (wrapped, naming the field) by NewDriver.
 var ErrInvalidConfig = errors.New("baton/outbox: invalid config")
 
 // Notify receives the outbox's notices. It is required: a parked entry or a

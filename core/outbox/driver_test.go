@@ -141,7 +141,7 @@ func (r *rig) config(procs ...outbox.Processor) outbox.Config {
 // run starts a driver and returns a func that stops it and waits.
 func (r *rig) run(cfg outbox.Config) (stop func()) {
 	r.t.Helper()
-	d, err := outbox.New(cfg)
+	d, err := outbox.NewDriver(cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -811,12 +811,12 @@ func TestNew_RejectsEveryInvalidOptionNamingIt(t *testing.T) {
 	for field, mutate := range cases {
 		cfg := ok
 		mutate(&cfg)
-		_, err := outbox.New(cfg)
+		_, err := outbox.NewDriver(cfg)
 		if !errors.Is(err, outbox.ErrInvalidConfig) || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig naming it", field, err)
 		}
 	}
-	if _, err := outbox.New(ok); err != nil {
+	if _, err := outbox.NewDriver(ok); err != nil {
 		t.Fatalf("a minimal config: %v", err)
 	}
 }

@@ -99,7 +99,7 @@ func (o *Outbox) DriverWalk(batch, n int, d time.Duration) System {
 					return out, nil
 				}})
 			}
-			drv, err := outbox.New(outbox.Config{
+			drv, err := outbox.NewDriver(outbox.Config{
 				Store: o.Store, Locks: locks, BatchSize: batch, RetentionDisabled: true, Processors: procs,
 				Notify: func(context.Context, outbox.Notice) error { return nil },
 			})

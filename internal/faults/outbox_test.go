@@ -165,7 +165,7 @@ func driverMain(args []string) int {
 			return out, nil
 		}})
 	}
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: store, Locks: tracked, Processors: procs,
 		Notify:    func(context.Context, outbox.Notice) error { return nil },
 		BatchSize: 100, IdleDelay: 20 * time.Millisecond, ErrorDelay: 50 * time.Millisecond,

@@ -213,7 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	driver, err := outbox.New(outbox.Config{
+	driver, err := outbox.NewDriver(outbox.Config{
 		Store:      outboxStore,
 		Locks:      locks,
 		Processors: procs,
