@@ -183,7 +183,7 @@ func TestDocs_ABrokenBlockIsReportedAtItsMarkdownLine(t *testing.T) {
 		"use provider", // 28
 		"-->",          // 29
 		"```go",        // 30
-		"provider, err := lockmem.New(lockmem.Options{})", // 31
+		"provider, err := lockmem.NewProvider(lockmem.Options{})", // 31
 		"return err", // 32
 		"```",        // 33
 	}, "\n")

@@ -117,7 +117,7 @@ var (
 
 func newLockProvider(t *testing.T) *lockmem.Provider {
 	t.Helper()
-	p, err := lockmem.New(lockmem.Options{TTL: 600 * time.Millisecond, SafetyMargin: 100 * time.Millisecond})
+	p, err := lockmem.NewProvider(lockmem.Options{TTL: 600 * time.Millisecond, SafetyMargin: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

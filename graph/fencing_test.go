@@ -30,8 +30,8 @@ func TestDeposedLeader_IsRefusedByTheEngineAndSettlesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// lock, A with token 1, B (after four earlier acquisitions) with 5.
-	provA, _ := locksmemory.New(locksmemory.Options{})
-	provB, _ := locksmemory.New(locksmemory.Options{})
+	provA, _ := locksmemory.NewProvider(locksmemory.Options{})
+	provB, _ := locksmemory.NewProvider(locksmemory.Options{})
 	for range 4 {
 		l, err := provB.Acquire(ctx, outbox.DefaultLeaderLockName, lock.AcquireOptions{})
 		if err != nil {

@@ -80,7 +80,7 @@ func runExample(ctx context.Context, db *bun.DB, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	locks, err := lockmem.New(lockmem.Options{})
+	locks, err := lockmem.NewProvider(lockmem.Options{})
 	if err != nil {
 		return err
 	}

@@ -190,7 +190,7 @@ func TestMixedNodes_OutboxOrderHoldsWithAProducerAndADriverOnEachAdapter(t *test
 		done   chan struct{}
 	}
 	startNode := func(name string, store outbox.Store) *node {
-		locks, err := pglock.New(newPgxPool(t, env), pglock.Options{PingInterval: 100 * time.Millisecond})
+		locks, err := pglock.NewProvider(newPgxPool(t, env), pglock.Options{PingInterval: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ func FuzzDriver_NothingAProcessorReturnsStallsTheWalk(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			locks, err := locksmemory.New(locksmemory.Options{})
+			locks, err := locksmemory.NewProvider(locksmemory.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

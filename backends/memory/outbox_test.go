@@ -307,7 +307,7 @@ func TestOutboxStore_UnderTheDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locks, err := memlocks.New(memlocks.Options{})
+	locks, err := memlocks.NewProvider(memlocks.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func TestOutboxToGraphEngine_EndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locks, err := lockmem.New(lockmem.Options{})
+	locks, err := lockmem.NewProvider(lockmem.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

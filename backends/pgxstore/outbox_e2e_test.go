@@ -43,7 +43,7 @@ func TestOutbox_EndToEndOrderSurvivesConcurrencyRollbacksAndLeaderLoss(t *testin
 	}
 	startNode := func(name string) *node {
 		pool := newPool(t, env, nil)
-		locks, err := pglock.New(pool, pglock.Options{PingInterval: 100 * time.Millisecond})
+		locks, err := pglock.NewProvider(pool, pglock.Options{PingInterval: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

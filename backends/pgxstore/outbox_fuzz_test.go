@@ -31,7 +31,7 @@ func FuzzDriver_NothingAProcessorReturnsStallsTheWalk(f *testing.F) {
 		if _, err := env.Pool.Exec(ctx, `TRUNCATE baton_outbox, baton_outbox_state, baton_outbox_dead`); err != nil {
 			t.Fatal(err)
 		}
-		locks, err := locksmemory.New(locksmemory.Options{})
+		locks, err := locksmemory.NewProvider(locksmemory.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,7 @@ func BenchmarkOutboxRelay(b *testing.B) {
 			ctx := context.Background()
 			env, st := benchOutbox(b, ctx)
 			loadOutbox(b, ctx, env.Pool, 1, horizonOf(b, ctx, env.Pool), entries)
-			locks, err := lockmem.New(lockmem.Options{})
+			locks, err := lockmem.NewProvider(lockmem.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -50,7 +50,7 @@ SELECT gen_random_uuid(), 'bench', $1::jsonb, now() - interval '8 days' FROM gen
 // the end of a sweep, so taking it after the sweep began waits for that.
 func sweepOnce(t testing.TB, ctx context.Context, st *OutboxStore, batch int) {
 	t.Helper()
-	locks, err := locksmemory.New(locksmemory.Options{})
+	locks, err := locksmemory.NewProvider(locksmemory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

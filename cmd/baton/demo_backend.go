@@ -122,7 +122,7 @@ func (b *memoryBackend) KillStory() string {
 }
 
 func (b *memoryBackend) Setup(context.Context) error {
-	locks, err := lockmem.New(lockmem.Options{
+	locks, err := lockmem.NewProvider(lockmem.Options{
 		TTL: b.t.LockTTL, SafetyMargin: b.t.LockSafetyMargin, Backoff: b.t.LockBackoff,
 	})
 	if err != nil {
@@ -404,13 +404,13 @@ func (b *postgresBackend) Instance(ctx context.Context, name string) (*instanceD
 	var client *goredis.Client
 	if b.redisAddr != "" {
 		client = goredis.NewClient(&goredis.Options{Addr: b.redisAddr})
-		if deps.Locks, err = lockredis.New(client, lockredis.Options{
+		if deps.Locks, err = lockredis.NewProvider(client, lockredis.Options{
 			Prefix: b.redisPrefix(), TTL: b.t.LockTTL, SafetyMargin: b.t.LockSafetyMargin, Backoff: b.t.LockBackoff,
 		}); err != nil {
 			_ = client.Close()
 			return fail(err)
 		}
-	} else if deps.Locks, err = pglock.New(pool, pglock.Options{
+	} else if deps.Locks, err = pglock.NewProvider(pool, pglock.Options{
 		Schema: b.schema, PingInterval: b.t.PingInterval, Backoff: b.t.LockBackoff,
 	}); err != nil {
 		return fail(err)

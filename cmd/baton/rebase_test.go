@@ -79,7 +79,7 @@ func TestOutboxRebase_AfterARealDumpAndRestoreTheDriverRefusesThenDeliversInOrde
 		notices  []outbox.Notice
 		noticeCh = make(chan struct{}, 16)
 	)
-	locks, err := locksmemory.New(locksmemory.Options{})
+	locks, err := locksmemory.NewProvider(locksmemory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

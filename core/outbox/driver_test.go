@@ -117,7 +117,7 @@ type rig struct {
 }
 
 func newRig(t *testing.T) *rig {
-	locks, err := locksmemory.New(locksmemory.Options{})
+	locks, err := locksmemory.NewProvider(locksmemory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -780,7 +780,7 @@ func TestDriverAndRetention_LedByDifferentInstancesNeverTouchTheSameRows(t *test
 }
 
 func TestNew_RejectsEveryInvalidOptionNamingIt(t *testing.T) {
-	locks, _ := locksmemory.New(locksmemory.Options{})
+	locks, _ := locksmemory.NewProvider(locksmemory.Options{})
 	store, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
 	if err != nil {
 		t.Fatal(err)

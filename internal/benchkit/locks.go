@@ -22,7 +22,7 @@ import (
 // RedisLock is baton's Redis provider: Acquire (the lock with its fencing
 // token, and the fail-closed keepalive started) then Release.
 func RedisLock(rdb goredis.UniversalClient, prefix, name string, d time.Duration) (System, error) {
-	p, err := batonredis.New(rdb, batonredis.Options{Prefix: prefix})
+	p, err := batonredis.NewProvider(rdb, batonredis.Options{Prefix: prefix})
 	if err != nil {
 		return System{}, err
 	}
@@ -60,7 +60,7 @@ func PostgresLock(ctx context.Context, pool *pgxpool.Pool, namespace, name strin
 	if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{}); err != nil {
 		return System{}, err
 	}
-	p, err := pglock.New(pool, pglock.Options{Namespace: namespace})
+	p, err := pglock.NewProvider(pool, pglock.Options{Namespace: namespace})
 	if err != nil {
 		return System{}, err
 	}

@@ -83,7 +83,7 @@ func (o *Outbox) DriverWalk(batch, n int, d time.Duration) System {
 		Name:    "baton driver",
 		Prepare: o.ResetCursor,
 		Run: func(ctx context.Context) (Sample, error) {
-			locks, err := lockmem.New(lockmem.Options{})
+			locks, err := lockmem.NewProvider(lockmem.Options{})
 			if err != nil {
 				return Sample{}, err
 			}

@@ -123,12 +123,12 @@ func driverMain(args []string) int {
 	var provider lock.Provider
 	switch *locks {
 	case "pg":
-		provider, err = pglock.New(pool, pglock.Options{Namespace: *namespace, PingInterval: 100 * time.Millisecond})
+		provider, err = pglock.NewProvider(pool, pglock.Options{Namespace: *namespace, PingInterval: 100 * time.Millisecond})
 	case "redis":
 		client := goredis.NewClient(&goredis.Options{Addr: *redisAddr, MaxRetries: -1,
 			DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 		defer client.Close()
-		provider, err = redislock.New(client, redislock.Options{Prefix: *namespace + ":", TTL: outboxLockTTL, SafetyMargin: outboxLockMargin})
+		provider, err = redislock.NewProvider(client, redislock.Options{Prefix: *namespace + ":", TTL: outboxLockTTL, SafetyMargin: outboxLockMargin})
 	default:
 		err = fmt.Errorf("unknown -locks %q", *locks)
 	}

@@ -67,7 +67,7 @@ func (o Options) validate() error {
 	return o.Backoff.Validate()
 }
 
-// Provider hands out in-memory locks. Create it with New.
+// Provider hands out in-memory locks. Create it with NewProvider.
 type Provider struct {
 	opts Options
 
@@ -85,8 +85,8 @@ type hold struct {
 
 var _ lock.Provider = (*Provider)(nil)
 
-// New returns a Provider, or an error naming the first invalid option.
-func New(opts Options) (*Provider, error) {
+// NewProvider returns a Provider, or an error naming the first invalid option.
+func NewProvider(opts Options) (*Provider, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err

@@ -108,7 +108,7 @@ func (o Options) validate() error {
 	return o.Backoff.Validate()
 }
 
-// Provider hands out advisory locks. Create it with New.
+// Provider hands out advisory locks. Create it with NewProvider.
 type Provider struct {
 	pool *pgxpool.Pool
 	opts Options
@@ -118,12 +118,12 @@ type Provider struct {
 
 var _ lock.Provider = (*Provider)(nil)
 
-// New returns a Provider over pool, or an error naming the first invalid
+// NewProvider returns a Provider over pool, or an error naming the first invalid
 // option. Every held lock keeps one of the pool's connections; size the pool
 // (or give the provider a small pool of its own) accordingly.
-func New(pool *pgxpool.Pool, opts Options) (*Provider, error) {
+func NewProvider(pool *pgxpool.Pool, opts Options) (*Provider, error) {
 	if pool == nil {
-		return nil, config.Invalid(lock.ErrInvalidOptions, "pglock.New: pool", "is nil")
+		return nil, config.Invalid(lock.ErrInvalidOptions, "pglock.NewProvider: pool", "is nil")
 	}
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {

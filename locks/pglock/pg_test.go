@@ -40,7 +40,7 @@ func newPool(t testing.TB, url string) *pgxpool.Pool {
 
 func newProvider(t testing.TB, pool *pgxpool.Pool, opts pglock.Options) *pglock.Provider {
 	t.Helper()
-	p, err := pglock.New(pool, opts)
+	p, err := pglock.NewProvider(pool, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestLost_ClosesWithinThePingIntervalWhenTheBackendIsKilled(t *testing.T) {
 
 func TestNew_RejectsInvalidOptions(t *testing.T) {
 	env := testenv.Postgres(t)
-	if _, err := pglock.New(nil, pglock.Options{}); !errors.Is(err, lock.ErrInvalidOptions) {
+	if _, err := pglock.NewProvider(nil, pglock.Options{}); !errors.Is(err, lock.ErrInvalidOptions) {
 		t.Fatalf("nil pool: err = %v", err)
 	}
 	for name, opts := range map[string]pglock.Options{
@@ -169,7 +169,7 @@ func TestNew_RejectsInvalidOptions(t *testing.T) {
 		"schema too long":  {Schema: string(make([]byte, 64))},
 		"inverted backoff": {Backoff: lock.Backoff{Min: time.Second, Max: time.Millisecond}},
 	} {
-		if _, err := pglock.New(env.Pool, opts); !errors.Is(err, lock.ErrInvalidOptions) {
+		if _, err := pglock.NewProvider(env.Pool, opts); !errors.Is(err, lock.ErrInvalidOptions) {
 			t.Errorf("%s: err = %v, want ErrInvalidOptions", name, err)
 		}
 	}

@@ -21,7 +21,7 @@ func TestTrusted_IsFalseWhileNoConnectionCheckSucceedsAndTrueAgainAfterOne(t *te
 		t.Fatal(err)
 	}
 	const interval = 50 * time.Millisecond
-	p, err := New(env.Pool, Options{PingInterval: interval})
+	p, err := NewProvider(env.Pool, Options{PingInterval: interval})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,7 @@ if redis.call("get", KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-// Provider hands out Redis locks. Create it with New.
+// Provider hands out Redis locks. Create it with NewProvider.
 type Provider struct {
 	client goredis.UniversalClient
 	opts   Options
@@ -142,11 +142,11 @@ type Provider struct {
 
 var _ lock.Provider = (*Provider)(nil)
 
-// New returns a Provider over client (a *redis.Client, *redis.ClusterClient
+// NewProvider returns a Provider over client (a *redis.Client, *redis.ClusterClient
 // or any other go-redis client), or an error naming the first invalid option.
-func New(client goredis.UniversalClient, opts Options) (*Provider, error) {
+func NewProvider(client goredis.UniversalClient, opts Options) (*Provider, error) {
 	if client == nil {
-		return nil, config.Invalid(lock.ErrInvalidOptions, "redis.New: client", "is nil")
+		return nil, config.Invalid(lock.ErrInvalidOptions, "redis.NewProvider: client", "is nil")
 	}
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {

@@ -178,7 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer lockPool.Close()
-		if locks, err = pglock.New(lockPool, pglock.Options{Logger: log}); err != nil {
+		if locks, err = pglock.NewProvider(lockPool, pglock.Options{Logger: log}); err != nil {
 			return err
 		}
 	}
