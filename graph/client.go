@@ -32,15 +32,36 @@ type client struct {
 	timeout time.Duration
 }
 
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c ClientConfig) withDefaults() ClientConfig {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
+
+// validate checks options that have their defaults.
+func (c ClientConfig) validate() error {
+	if _, err := checkURL("BaseURL", c.BaseURL, false); err != nil {
+		return err
+	}
+	if c.Client == nil {
+		return errNoClient
+	}
+	return checkTimeout("Timeout", c.Timeout)
+}
+
+// errNoClient refuses a nil Client, of clients and processors alike.
+var errNoClient = invalidConfig("Client", "is nil; pass the *http.Client that carries this service's credentials (http.DefaultClient if the engine needs none)")
+
 func newClient(cfg ClientConfig) (*client, error) {
-	base, err := parseBaseURL("BaseURL", cfg.BaseURL)
-	if err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Client == nil {
-		return nil, invalidConfig("Client is nil; pass the *http.Client that carries this service's credentials (http.DefaultClient if the engine needs none)")
-	}
-	if err := checkTimeout("Timeout", &cfg.Timeout); err != nil {
+	base, err := parseBaseURL("BaseURL", cfg.BaseURL)
+	if err != nil {
 		return nil, err
 	}
 	return &client{base: base, hc: noRedirects(cfg.Client), timeout: cfg.Timeout}, nil

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 var (
@@ -53,8 +55,8 @@ func (e *StatusError) Error() string {
 	return s
 }
 
-func invalidConfig(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+func invalidConfig(field, format string, args ...any) error {
+	return config.Invalid(ErrInvalidConfig, field, format, args...)
 }
 
 func invalidPayload(format string, args ...any) error {
