@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// ClientConfig configures AuthorizationClient, DefinitionsClient,
+// ClientOptions configures AuthorizationClient, DefinitionsClient,
 // RegistrationClient and GrantsClient.
-type ClientConfig struct {
+type ClientOptions struct {
 	// BaseURL is the engine's base address, checked like
-	// ProcessorConfig.DeliveryURL. Required.
+	// ProcessorOptions.DeliveryURL. Required.
 	BaseURL string
 	// Client sends the requests and carries this service's credentials.
 	// Required; pass http.DefaultClient explicitly for an engine that needs
@@ -34,7 +34,7 @@ type client struct {
 
 // withDefaults returns a copy of c with its zero fields set to the
 // defaults.
-func (c ClientConfig) withDefaults() ClientConfig {
+func (c ClientOptions) withDefaults() ClientOptions {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -42,7 +42,7 @@ func (c ClientConfig) withDefaults() ClientConfig {
 }
 
 // validate checks options that have their defaults.
-func (c ClientConfig) validate() error {
+func (c ClientOptions) validate() error {
 	if _, err := checkURL("BaseURL", c.BaseURL, false); err != nil {
 		return err
 	}
@@ -53,9 +53,9 @@ func (c ClientConfig) validate() error {
 }
 
 // errNoClient refuses a nil Client, of clients and processors alike.
-var errNoClient = invalidConfig("Client", "is nil; pass the *http.Client that carries this service's credentials (http.DefaultClient if the engine needs none)")
+var errNoClient = invalidOptions("Client", "is nil; pass the *http.Client that carries this service's credentials (http.DefaultClient if the engine needs none)")
 
-func newClient(cfg ClientConfig) (*client, error) {
+func newClient(cfg ClientOptions) (*client, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -46,7 +46,7 @@ func ExampleStandardProcessors() {
 	}
 
 	// Driver side.
-	procs, err := graph.StandardProcessors(graph.ProcessorConfig{
+	procs, err := graph.StandardProcessors(graph.ProcessorOptions{
 		DeliveryURL: engine.URL(),
 		Client:      engine.Client(), // carries this service's credentials in production
 	})
@@ -84,7 +84,7 @@ func (b *bearerToken) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // Credentials live in the caller's *http.Client. Without them the engine
 // answers 401, which is a retry: the outbox stalls until they are fixed.
-func ExampleProcessorConfig_bearerToken() {
+func ExampleProcessorOptions_bearerToken() {
 	engine := graphtest.NewEngine()
 	defer engine.Close()
 	engine.RequireBearer("service-token")
@@ -98,7 +98,7 @@ func ExampleProcessorConfig_bearerToken() {
 		engine.Client(), // no credentials
 		{Transport: &bearerToken{token: "service-token", next: engine.Client().Transport}},
 	} {
-		procs, err := graph.StandardProcessors(graph.ProcessorConfig{DeliveryURL: engine.URL(), Client: client})
+		procs, err := graph.StandardProcessors(graph.ProcessorOptions{DeliveryURL: engine.URL(), Client: client})
 		if err != nil {
 			panic(err)
 		}
@@ -124,7 +124,7 @@ func ExampleGrantsClient() {
 		{ResourceType: "device", ResourceID: "d2", Mask: 0b01},
 	})
 	ctx := context.Background()
-	cfg := graph.ClientConfig{BaseURL: engine.URL(), Client: engine.Client()}
+	cfg := graph.ClientOptions{BaseURL: engine.URL(), Client: engine.Client()}
 	defsClient, err := graph.NewDefinitionsClient(cfg)
 	if err != nil {
 		panic(err)
@@ -164,7 +164,7 @@ func ExampleAuthorizationClient_Check() {
 	}}})
 	engine.SetGrants("user", "u1", []graph.Grant{{ResourceType: "device", ResourceID: "d1", Mask: 1}})
 
-	authz, err := graph.NewAuthorizationClient(graph.ClientConfig{BaseURL: engine.URL(), Client: engine.Client()})
+	authz, err := graph.NewAuthorizationClient(graph.ClientOptions{BaseURL: engine.URL(), Client: engine.Client()})
 	if err != nil {
 		panic(err)
 	}

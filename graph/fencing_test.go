@@ -65,7 +65,7 @@ func TestDeposedLeader_IsRefusedByTheEngineAndSettlesNothing(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	start := func(p lock.Provider) {
-		procs, err := graph.StandardProcessors(graph.ProcessorConfig{DeliveryURL: e.URL(), Client: e.Client()})
+		procs, err := graph.StandardProcessors(graph.ProcessorOptions{DeliveryURL: e.URL(), Client: e.Client()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,7 @@ const (
 	// is kept in a StatusError and a park or retry reason: enough for the
 	// engine's error message, small enough for a dead letter's error column.
 	DefaultBodyExcerpt = 512
-	// MaxBodyExcerpt bounds ProcessorConfig.BodyExcerpt.
+	// MaxBodyExcerpt bounds ProcessorOptions.BodyExcerpt.
 	MaxBodyExcerpt = 64 << 10
 )
 
@@ -68,26 +68,26 @@ const drainLimit = 64 << 10
 // allowQuery.
 func checkURL(field, s string, allowQuery bool) (*url.URL, error) {
 	if s == "" {
-		return nil, invalidConfig(field, "is empty; set it to an absolute http or https URL such as https://graph.internal")
+		return nil, invalidOptions(field, "is empty; set it to an absolute http or https URL such as https://graph.internal")
 	}
 	u, err := url.Parse(s)
 	if err != nil {
 		// Not the whole *url.Error: it repeats the URL, which may hold a
 		// secret.
-		return nil, invalidConfig(field, "is not a URL: %v", unwrapURLError(err))
+		return nil, invalidOptions(field, "is not a URL: %v", unwrapURLError(err))
 	}
 	shown := redacted(u)
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, invalidConfig(field, "%q must be an absolute URL with scheme http or https", shown)
+		return nil, invalidOptions(field, "%q must be an absolute URL with scheme http or https", shown)
 	case u.Opaque != "" || u.Host == "":
-		return nil, invalidConfig(field, "%q has no host", shown)
+		return nil, invalidOptions(field, "%q has no host", shown)
 	case u.User != nil:
-		return nil, invalidConfig(field, "%q carries user information; attach credentials with the http.Client's RoundTripper instead", shown)
+		return nil, invalidOptions(field, "%q carries user information; attach credentials with the http.Client's RoundTripper instead", shown)
 	case u.Fragment != "" || strings.Contains(s, "#"):
-		return nil, invalidConfig(field, "%q has a fragment; remove it", shown)
+		return nil, invalidOptions(field, "%q has a fragment; remove it", shown)
 	case !allowQuery && (u.RawQuery != "" || u.ForceQuery):
-		return nil, invalidConfig(field, "%q has a query; it must be a base address only (request paths are appended to it)", shown)
+		return nil, invalidOptions(field, "%q has a query; it must be a base address only (request paths are appended to it)", shown)
 	}
 	return u, nil
 }
@@ -159,7 +159,7 @@ func drain(body io.Reader) { _, _ = io.CopyN(io.Discard, body, drainLimit) }
 // checkTimeout rejects a negative timeout.
 func checkTimeout(field string, d time.Duration) error {
 	if d < 0 {
-		return invalidConfig(field, "is %v; it must be positive (zero means DefaultTimeout, %v)", d, DefaultTimeout)
+		return invalidOptions(field, "is %v; it must be positive (zero means DefaultTimeout, %v)", d, DefaultTimeout)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/baton-go/baton/core/outbox"
 )
 
-// Defaults for ProcessorConfig.
+// Defaults for ProcessorOptions.
 const (
 	// DefaultMaxRetryAfter caps a Retry-After the engine sends with 429 or
 	// 503. The whole outbox waits behind the entry, so one header asking
@@ -28,8 +28,8 @@ const (
 	MinRetryAfter = time.Second
 )
 
-// ProcessorConfig configures StandardProcessors.
-type ProcessorConfig struct {
+// ProcessorOptions configures StandardProcessors.
+type ProcessorOptions struct {
 	// DeliveryURL is the engine's base address, such as
 	// https://graph.internal or https://gateway.internal/graph; the lane
 	// paths are appended to it. Required: absolute http or https, with a
@@ -60,7 +60,7 @@ type ProcessorConfig struct {
 
 // withDefaults returns a copy of c with its zero fields set to the
 // defaults.
-func (c ProcessorConfig) withDefaults() ProcessorConfig {
+func (c ProcessorOptions) withDefaults() ProcessorOptions {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -77,7 +77,7 @@ func (c ProcessorConfig) withDefaults() ProcessorConfig {
 }
 
 // validate checks options that have their defaults.
-func (c ProcessorConfig) validate() error {
+func (c ProcessorOptions) validate() error {
 	if _, err := checkURL("DeliveryURL", c.DeliveryURL, false); err != nil {
 		return err
 	}
@@ -89,9 +89,9 @@ func (c ProcessorConfig) validate() error {
 	}
 	switch {
 	case c.BodyExcerpt < 0 || c.BodyExcerpt > MaxBodyExcerpt:
-		return invalidConfig("BodyExcerpt", "is %d; it must be between 1 and %d bytes", c.BodyExcerpt, MaxBodyExcerpt)
+		return invalidOptions("BodyExcerpt", "is %d; it must be between 1 and %d bytes", c.BodyExcerpt, MaxBodyExcerpt)
 	case c.MaxRetryAfter < MinRetryAfter:
-		return invalidConfig("MaxRetryAfter", "is %v; it must be at least %v", c.MaxRetryAfter, MinRetryAfter)
+		return invalidOptions("MaxRetryAfter", "is %v; it must be at least %v", c.MaxRetryAfter, MinRetryAfter)
 	}
 	return nil
 }
@@ -100,7 +100,7 @@ func (c ProcessorConfig) validate() error {
 // ready for outbox.Config.Processors. cfg is checked here, so a wrong
 // DeliveryURL fails at startup instead of parking or stalling entries
 // later.
-func StandardProcessors(cfg ProcessorConfig) ([]outbox.Processor, error) {
+func StandardProcessors(cfg ProcessorOptions) ([]outbox.Processor, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -143,7 +143,7 @@ func buildMetadata(payload []byte) (request, error) {
 // processor delivers one standard lane over HTTP.
 type processor struct {
 	lane  string
-	cfg   ProcessorConfig
+	cfg   ProcessorOptions
 	build func(payload []byte) (request, error)
 }
 

@@ -73,7 +73,7 @@ func TestOutboxToGraphEngine_EndToEnd(t *testing.T) {
 	engine := graphtest.New(t)
 	receiver := newNoticeReceiver(t)
 
-	procs, err := graph.StandardProcessors(graph.ProcessorConfig{DeliveryURL: engine.URL(), Client: engine.Client()})
+	procs, err := graph.StandardProcessors(graph.ProcessorOptions{DeliveryURL: engine.URL(), Client: engine.Client()})
 	if err != nil {
 		t.Fatal(err)
 	}

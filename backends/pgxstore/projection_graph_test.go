@@ -41,7 +41,7 @@ func TestProjectionStore_AfterCrashTruncationReaderRefreshesFromTheGraphEngine(t
 		{ResourceType: "doc", ResourceID: "plan", Mask: 1<<63 | 1},
 		{ResourceType: "doc", ResourceID: "budget", Mask: 0b11},
 	})
-	cfg := graph.ClientConfig{BaseURL: engine.URL(), Client: engine.Client()}
+	cfg := graph.ClientOptions{BaseURL: engine.URL(), Client: engine.Client()}
 	grants, err := graph.NewGrantsClient(cfg)
 	if err != nil {
 		t.Fatal(err)

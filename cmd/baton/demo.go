@@ -282,7 +282,7 @@ func (d *demo) run(ctx context.Context) (res *DemoResult, err error) {
 	if d.notify, err = graph.WebhookNotifier(d.receiver.url(), &http.Client{Transport: d.hookTransport}); err != nil {
 		return nil, err
 	}
-	grants, err := graph.NewGrantsClient(graph.ClientConfig{BaseURL: d.engine.URL(), Client: d.engine.Client()})
+	grants, err := graph.NewGrantsClient(graph.ClientOptions{BaseURL: d.engine.URL(), Client: d.engine.Client()})
 	if err != nil {
 		return nil, err
 	}

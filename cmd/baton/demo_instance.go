@@ -99,7 +99,7 @@ func (in *instance) wire() error {
 		return err
 	}
 
-	procs, err := graph.StandardProcessors(graph.ProcessorConfig{
+	procs, err := graph.StandardProcessors(graph.ProcessorOptions{
 		DeliveryURL: d.engine.URL(),
 		Client:      d.engine.Client(),
 		Timeout:     2 * time.Second,

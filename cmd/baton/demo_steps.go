@@ -597,7 +597,7 @@ func (d *demo) stepProjections(ctx context.Context) error {
 		Relations:   []graph.RelationDefinition{{Name: "owner", SubjectTypes: []string{"user"}}},
 		Permissions: []graph.Permission{{Name: "read", Bit: 0}, {Name: "write", Bit: 1}, {Name: "delete", Bit: 63}},
 	}}})
-	defsClient, err := graph.NewDefinitionsClient(graph.ClientConfig{BaseURL: d.engine.URL(), Client: d.engine.Client()})
+	defsClient, err := graph.NewDefinitionsClient(graph.ClientOptions{BaseURL: d.engine.URL(), Client: d.engine.Client()})
 	if err != nil {
 		return err
 	}

@@ -151,7 +151,7 @@ func TestDemo_VerificationCatchesAGhost(t *testing.T) {
 		if rec.ID.IsNil() {
 			return errors.New("no rolled-back transaction")
 		}
-		procs, err := graph.StandardProcessors(graph.ProcessorConfig{DeliveryURL: d.engine.URL(), Client: d.engine.Client()})
+		procs, err := graph.StandardProcessors(graph.ProcessorOptions{DeliveryURL: d.engine.URL(), Client: d.engine.Client()})
 		if err != nil {
 			return err
 		}

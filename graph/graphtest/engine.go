@@ -168,8 +168,8 @@ func NewEngine() *Engine {
 	return e
 }
 
-// URL is the engine's base URL, for graph.ProcessorConfig.DeliveryURL and
-// graph.ClientConfig.BaseURL.
+// URL is the engine's base URL, for graph.ProcessorOptions.DeliveryURL and
+// graph.ClientOptions.BaseURL.
 func (e *Engine) URL() string { return e.srv.URL }
 
 // Client is an *http.Client for the engine whose connections Close closes.

@@ -199,7 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.EngineToken != "" {
 		engineTransport = &bearerToken{token: cfg.EngineToken, next: transport}
 	}
-	procs, err := graph.StandardProcessors(graph.ProcessorConfig{
+	procs, err := graph.StandardProcessors(graph.ProcessorOptions{
 		DeliveryURL: engineURL,
 		Client:      &http.Client{Transport: engineTransport},
 		Logger:      log,
