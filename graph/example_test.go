@@ -16,7 +16,10 @@ import (
 // hands each one to its lane's processor, which is what the outbox driver
 // does (processors go into outbox.Config{Processors: procs, …}).
 func ExampleStandardProcessors() {
-	engine := graphtest.NewEngine() // the engine's real address in production
+	engine, err := graphtest.NewEngine() // the engine's real address in production
+	if err != nil {
+		panic(err)
+	}
 	defer engine.Close()
 	ctx := context.Background()
 
@@ -31,7 +34,7 @@ func ExampleStandardProcessors() {
 		table = append(table, outbox.Entry{ID: id, Lane: lane, Payload: payload})
 		return nil
 	}
-	err := graph.EnqueueInit(ctx, enqueue, outbox.NewID(), graph.InitPayload{
+	err = graph.EnqueueInit(ctx, enqueue, outbox.NewID(), graph.InitPayload{
 		ResourceType: "device",
 		ResourceID:   "d1",
 		Relations:    []graph.Relation{{Relation: "owner", SubjectType: "user", SubjectID: "u1"}},
@@ -85,7 +88,10 @@ func (b *bearerToken) RoundTrip(r *http.Request) (*http.Response, error) {
 // Credentials live in the caller's *http.Client. Without them the engine
 // answers 401, which is a retry: the outbox stalls until they are fixed.
 func ExampleProcessorOptions_bearerToken() {
-	engine := graphtest.NewEngine()
+	engine, err := graphtest.NewEngine()
+	if err != nil {
+		panic(err)
+	}
 	defer engine.Close()
 	engine.RequireBearer("service-token")
 
@@ -113,7 +119,10 @@ func ExampleProcessorOptions_bearerToken() {
 
 // Reading a subject's grants and testing them against the model's bits.
 func ExampleGrantsClient() {
-	engine := graphtest.NewEngine()
+	engine, err := graphtest.NewEngine()
+	if err != nil {
+		panic(err)
+	}
 	defer engine.Close()
 	engine.SetDefinitions(graph.Definitions{EntityTypes: []graph.EntityType{{
 		Name:        "device",
@@ -157,7 +166,10 @@ func ExampleGrantsClient() {
 
 // One permission question, and the typed error for a refused one.
 func ExampleAuthorizationClient_Check() {
-	engine := graphtest.NewEngine()
+	engine, err := graphtest.NewEngine()
+	if err != nil {
+		panic(err)
+	}
 	defer engine.Close()
 	engine.SetDefinitions(graph.Definitions{EntityTypes: []graph.EntityType{{
 		Name: "device", Permissions: []graph.Permission{{Name: "read", Bit: 0}},

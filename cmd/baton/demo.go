@@ -239,7 +239,9 @@ func (d *demo) run(ctx context.Context) (res *DemoResult, err error) {
 	d.proxyTransport = newTransport()
 	d.hookTransport = newTransport()
 	d.client = &http.Client{Transport: newTransport(), Timeout: 10 * time.Second}
-	d.engine = graphtest.NewEngine()
+	if d.engine, err = graphtest.NewEngine(); err != nil {
+		return nil, err
+	}
 	d.receiver = newNoticeReceiver()
 
 	progressCtx, stopProgress := context.WithCancel(ctx)

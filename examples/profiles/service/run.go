@@ -187,7 +187,10 @@ func Run(ctx context.Context, cfg Config) error {
 	engineURL := cfg.EngineURL
 	var fake *graphtest.Engine
 	if engineURL == "" {
-		fake = graphtest.NewEngine()
+		var err error
+		if fake, err = graphtest.NewEngine(); err != nil {
+			return err
+		}
 		defer fake.Close()
 		engineURL = fake.URL()
 		log.Info("no engine URL given: delivering to a fake graph engine inside this process; GET /engine/deliveries lists what it received",
