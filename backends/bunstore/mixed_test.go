@@ -49,9 +49,12 @@ func startManager(t *testing.T, st lease.Store, id, role string) (*lease.Manager
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	t.Cleanup(func() {
+		_ = m.Close(context.Background())
+		<-done
+	})
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	return m, l
 }

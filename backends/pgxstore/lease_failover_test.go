@@ -97,9 +97,12 @@ func startManager(t *testing.T, store lease.Store, id string, roles ...string) (
 			t.Fatal(err)
 		}
 	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	t.Cleanup(func() {
+		_ = m.Close(context.Background())
+		<-done
+	})
 	t.Cleanup(func() { m.Close(context.Background()) })
 	return m, leases
 }

@@ -177,9 +177,7 @@ func (in *instance) wire() error {
 func (in *instance) start(parent context.Context) error {
 	in.ctx, in.cancel = context.WithCancel(parent)
 	in.srv.Start()
-	if err := in.mgr.Start(in.ctx); err != nil {
-		return err
-	}
+	in.wg.Go(func() { _ = in.mgr.Run(in.ctx) })
 	in.wg.Go(func() { _ = in.driver.Run(in.ctx) })
 	in.wg.Go(func() { _ = in.refresher.Run(in.ctx) })
 	return nil

@@ -130,9 +130,7 @@ func startCluster(t *testing.T, spec clusterSpec) []*node {
 		n.srv.Start()
 	}
 	for _, n := range nodes {
-		if err := n.mgr.Start(context.Background()); err != nil {
-			t.Fatalf("%s: Start: %v", n.name, err)
-		}
+		run(t, n.mgr)
 	}
 	return nodes
 }
@@ -283,4 +281,15 @@ func memLeases(t *testing.T) *memory.LeaseStore {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// run runs m until the test ends; the cleanup closes m and waits for Run.
+func run(t *testing.T, m *lease.Manager) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	t.Cleanup(func() {
+		_ = m.Close(context.Background())
+		<-done
+	})
 }

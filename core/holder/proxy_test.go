@@ -262,9 +262,7 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		run(t, m)
 		deadline := time.Now().Add(testDeadline)
 		for l.CurrentHolder() != "other" {
 			if time.Now().After(deadline) {
@@ -296,9 +294,7 @@ func seededLease(t *testing.T, address string) *lease.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	run(t, m)
 	waitForSnapshot(t, l, address)
 	return m
 }

@@ -289,9 +289,7 @@ func TestPartitionProxy_RefusesAHolderOutsideThePeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed(t, store, lease.PartitionRole(partition, 0), "other", evil.url, testLeaseDuration*60)
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	run(t, m)
 	waitForSnapshot(t, p.Lease(0), evil.url)
 	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Config{Peers: []string{"127.0.0.1"}}, "/device-api")
 	if err != nil {

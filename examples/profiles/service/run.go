@@ -292,10 +292,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv := newHTTPServer(proxy(svc.routes()), log) // the proxy outermost: a non-holder starts no local work
 
-	if err := mgr.Start(ctx); err != nil {
-		return err
-	}
-
 	// Every goroutine is owned here and waited for before Run returns.
 	var wg sync.WaitGroup
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
@@ -303,6 +299,12 @@ func Run(ctx context.Context, cfg Config) error {
 	served = true
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- srv.Serve(ln) })
+	wg.Go(func() {
+		// Run returns when the shutdown below closes the manager.
+		if err := mgr.Run(loops); err != nil {
+			log.Warn("lease manager stopped", "err", err)
+		}
+	})
 	wg.Go(func() {
 		if err := driver.Run(loops); err != nil && loops.Err() == nil {
 			log.Error("outbox driver stopped", "err", err)
