@@ -146,7 +146,7 @@ func (r *Refresher) next() (Subject, bool) {
 	return s, true
 }
 
-// Run refreshes until ctx ends, then returns ctx's error. With Subjects
+// Run refreshes until ctx ends, then returns nil. With Subjects
 // set, the first scheduled pass starts at once. A refresh that fails is
 // logged and does not stop Run. Run returns ErrRunning when the
 // Refresher is already running.
@@ -175,7 +175,7 @@ func (r *Refresher) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil
 		case <-r.wake:
 		case s, ok := <-signals:
 			if !ok {

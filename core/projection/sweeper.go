@@ -83,7 +83,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 }
 
 // Run sweeps at once, then Interval after each sweep ends, until ctx ends;
-// it returns ctx's error then. A failed sweep is logged and does not stop
+// it returns nil then. A failed sweep is logged and does not stop
 // Run. The caller's goroutine is the only one; Run returns ErrRunning when
 // the Sweeper is already running.
 func (s *Sweeper) Run(ctx context.Context) error {
@@ -96,7 +96,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil
 		case <-t.C:
 		}
 		_, _ = s.Sweep(ctx)
