@@ -252,7 +252,7 @@ func (p *LockProvider) Acquire(ctx context.Context, name string, opts lock.Acqui
 	if err != nil {
 		return nil, err
 	}
-	l.ka, err = lock.StartKeepalive(lock.KeepaliveConfig{
+	l.ka, err = lock.NewKeepalive(lock.KeepaliveConfig{
 		TTL:          p.opts.TTL,
 		SafetyMargin: p.opts.SafetyMargin,
 		Refresh:      l.refresh,

@@ -92,7 +92,7 @@ type Keepalive struct {
 	mu      sync.Mutex
 	lost    chan struct{}
 	lostErr error
-	expiry  *time.Timer // set under mu: its callback may run before StartKeepalive returns
+	expiry  *time.Timer // set under mu: its callback may run before NewKeepalive returns
 	next    *time.Timer // the next refresh; it runs on the timer's own goroutine
 	stopped bool
 
@@ -101,10 +101,13 @@ type Keepalive struct {
 	inFlight sync.WaitGroup // a refresh running
 }
 
-// StartKeepalive starts refreshing a lock that the server granted for
+// NewKeepalive starts refreshing a lock that the server granted for
 // cfg.TTL in a request that started at acquiredAt. The caller owns the
-// returned Keepalive and must call Stop.
-func StartKeepalive(cfg KeepaliveConfig, acquiredAt time.Time) (*Keepalive, error) {
+// returned Keepalive and must call Stop. It is no long-running component
+// with a Run of its own: it lives as long as the lock it keeps, from the
+// acquisition to the Release that calls Stop, on timers and with no
+// goroutine between refreshes.
+func NewKeepalive(cfg KeepaliveConfig, acquiredAt time.Time) (*Keepalive, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -108,7 +108,7 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 	if err != nil {
 		return nil, err
 	}
-	ka, err := lock.StartKeepalive(lock.KeepaliveConfig{
+	ka, err := lock.NewKeepalive(lock.KeepaliveConfig{
 		TTL:          p.opts.TTL,
 		SafetyMargin: p.opts.SafetyMargin,
 		Refresh:      l.refresh,

@@ -207,7 +207,7 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 	if err != nil {
 		return nil, err
 	}
-	l.ka, err = lock.StartKeepalive(lock.KeepaliveConfig{
+	l.ka, err = lock.NewKeepalive(lock.KeepaliveConfig{
 		TTL:          p.opts.TTL,
 		SafetyMargin: p.opts.SafetyMargin,
 		Refresh: func(ctx context.Context) error {
