@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lease"
 )
 
@@ -120,9 +121,9 @@ func runLeases(ctx context.Context, out io.Writer, f *dbFlags) error {
 	}
 	t := newTable(out, "ROLE", "HOLDER", "ADDRESS", "TOKEN", "STATE", "EXPIRES AT")
 	for _, r := range rows {
-		state := "free (expired " + formatDuration(-r.Remaining) + " ago)"
+		state := "free (expired " + cli.FormatDuration(-r.Remaining) + " ago)"
 		if r.Live {
-			state = "held (" + formatDuration(r.Remaining) + " left)"
+			state = "held (" + cli.FormatDuration(r.Remaining) + " left)"
 		}
 		addr := r.HolderAddress
 		if addr == "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
@@ -257,7 +258,7 @@ func TestOutboxCommands(t *testing.T) {
 	}
 
 	// The environment variable stands in for --postgres.
-	t.Setenv(envDatabaseURL, env.URL)
+	t.Setenv(cli.EnvDatabaseURL, env.URL)
 	runCLI(t, "outbox", "dead", "list").wantCode(t, exitOK)
 }
 
@@ -314,7 +315,7 @@ func TestLeasesCommand(t *testing.T) {
 }
 
 func TestOperatorErrors(t *testing.T) {
-	t.Setenv(envDatabaseURL, "")
+	t.Setenv(cli.EnvDatabaseURL, "")
 	env := migrated(t)
 	empty := testenv.Postgres(t)
 	id := outbox.NewID().String()
@@ -325,7 +326,7 @@ func TestOperatorErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no database", []string{"outbox", "status"}, exitUsage, "pass --postgres URL or set " + envDatabaseURL},
+		{"no database", []string{"outbox", "status"}, exitUsage, "pass --postgres URL or set " + cli.EnvDatabaseURL},
 		{"bad URL", []string{"leases", "--postgres", "postgres://h:notaport/db"}, exitUsage, "--postgres: not a valid PostgreSQL connection string"},
 		{"unreachable", []string{"leases", "--postgres", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2"}, exitFailure, "cannot connect to PostgreSQL"},
 		{"missing schema", []string{"outbox", "status", "--postgres", env.URL, "--schema", "no_such_schema_here"}, exitUsage, `schema "no_such_schema_here" does not exist`},

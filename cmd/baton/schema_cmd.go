@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 )
 
 // batonTables are the tables baton's migrations create (besides the
@@ -85,7 +86,7 @@ type migrateReport struct {
 }
 
 func runMigrate(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
-	pool, err := openPool(ctx, f.url, "--postgres")
+	pool, err := cli.OpenPool(ctx, f.url, "--postgres")
 	if err != nil {
 		return err
 	}
@@ -173,7 +174,7 @@ func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
 		return err
 	}
 	if n == 0 {
-		return usagef("schema %q has none of baton's tables; create them with: baton migrate --schema %s", db.schema, db.schema)
+		return cli.Usagef("schema %q has none of baton's tables; create them with: baton migrate --schema %s", db.schema, db.schema)
 	}
 	rep := verifyReport{Schema: db.schema, Problems: []string{}, DDL: []string{}}
 	if recs, err := readMigrations(ctx, db.pool, db.schema); err == nil {

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
@@ -329,14 +330,14 @@ func (b *postgresBackend) profilesTable() string {
 func (b *postgresBackend) redisPrefix() string { return "baton-demo-" + b.tag + ":" }
 
 func (b *postgresBackend) Setup(ctx context.Context) error {
-	pool, err := openPool(ctx, b.url, "--postgres")
+	pool, err := cli.OpenPool(ctx, b.url, "--postgres")
 	if err != nil {
 		return err
 	}
 	b.admin = pool
 	if b.redisAddr != "" {
 		c := goredis.NewClient(&goredis.Options{Addr: b.redisAddr})
-		pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		pctx, cancel := context.WithTimeout(ctx, cli.ConnectTimeout)
 		err := c.Ping(pctx).Err()
 		cancel()
 		_ = c.Close()
@@ -363,7 +364,7 @@ func (b *postgresBackend) Setup(ctx context.Context) error {
 func (b *postgresBackend) appName(name string) string { return "baton-demo-" + b.tag + "-" + name }
 
 func (b *postgresBackend) Instance(ctx context.Context, name string) (*instanceDeps, error) {
-	cfg, err := parseConnString(b.url, "--postgres")
+	cfg, err := cli.ParseConnString(b.url, "--postgres")
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +376,7 @@ func (b *postgresBackend) Instance(ctx context.Context, name string) (*instanceD
 	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, redact(err, b.url, cfg.ConnConfig.Password)
+		return nil, cli.Redact(err, b.url, cfg.ConnConfig.Password)
 	}
 	deps := &instanceDeps{
 		Begin: func(ctx context.Context) (profileTx, error) {

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/projection"
@@ -76,8 +77,8 @@ func defaultScale() demoScale {
 	return demoScale{Creates: 5, Updates: 20, KillUpdates: 100, KillAfter: 40, BurstUpdates: 3, Spacing: 12 * time.Millisecond}
 }
 
-// demoOptions configure one run of the demo.
-type demoOptions struct {
+// Config configure one run of the demo.
+type Config struct {
 	Postgres string // "" runs on the memory stores
 	Redis    string // with Postgres: Redis locks instead of advisory locks
 	Keep     bool   // keep the PostgreSQL schema
@@ -95,9 +96,9 @@ type demoOptions struct {
 // demoSubjects are the projection subjects of step 6.
 var demoSubjects = []projection.Subject{{Type: "user", ID: "alice"}, {Type: "user", ID: "bob"}}
 
-// DemoResult is what the demo found, computed from what the fake engine
+// Result is what the demo found, computed from what the fake engine
 // received and what the stores hold.
-type DemoResult struct {
+type Result struct {
 	Backend  string `json:"backend"`
 	Schema   string `json:"schema,omitempty"`
 	Seed     uint64 `json:"seed"`
@@ -165,7 +166,7 @@ type Check struct {
 
 // demo is one run of the scenario.
 type demo struct {
-	opts  demoOptions
+	opts  Config
 	t     demoTimings
 	scale demoScale
 
@@ -190,15 +191,15 @@ type demo struct {
 
 	parkedIDs   map[outbox.ID]bool
 	requeuedIDs map[outbox.ID]bool
-	res         *DemoResult
+	res         *Result
 	// facts gathered along the way for the checks
 	oneHolderBefore, oneHolderAfter string
 }
 
-// runDemo runs the scenario and returns its result. An error means the
+// Run runs the scenario and returns its result. An error means the
 // scenario could not run (or was interrupted); a run that completed returns
 // its result, Passed or not.
-func runDemo(ctx context.Context, opts demoOptions) (*DemoResult, error) {
+func Run(ctx context.Context, opts Config) (*Result, error) {
 	if opts.Timings == (demoTimings{}) {
 		opts.Timings = defaultTimings()
 	}
@@ -216,7 +217,7 @@ func runDemo(ctx context.Context, opts demoOptions) (*DemoResult, error) {
 		ui: newUI(opts.Out, opts.TTY), logger: opts.Logger,
 		board: newLockBoard(), reaper: newReaper(), ledger: newLedger(),
 		parkedIDs: map[outbox.ID]bool{}, requeuedIDs: map[outbox.ID]bool{},
-		res: &DemoResult{Seed: opts.Seed},
+		res: &Result{Seed: opts.Seed},
 	}
 	if opts.Postgres == "" {
 		d.backend = newMemoryBackend(d.t)
@@ -233,7 +234,7 @@ func runDemo(ctx context.Context, opts demoOptions) (*DemoResult, error) {
 	return d.run(ctx)
 }
 
-func (d *demo) run(ctx context.Context) (res *DemoResult, err error) {
+func (d *demo) run(ctx context.Context) (res *Result, err error) {
 	start := time.Now()
 	d.header()
 	d.proxyTransport = newTransport()
@@ -274,7 +275,7 @@ func (d *demo) run(ctx context.Context) (res *DemoResult, err error) {
 			}
 		}
 		if err != nil && ctx.Err() != nil {
-			err = errInterrupted
+			err = cli.ErrInterrupted
 		}
 	}()
 
@@ -312,7 +313,7 @@ func (d *demo) run(ctx context.Context) (res *DemoResult, err error) {
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			if ctx.Err() != nil {
-				return nil, errInterrupted
+				return nil, cli.ErrInterrupted
 			}
 			return nil, err
 		}
@@ -333,11 +334,11 @@ func (d *demo) run(ctx context.Context) (res *DemoResult, err error) {
 	}
 	if err := d.verify(ctx); err != nil {
 		if ctx.Err() != nil {
-			return nil, errInterrupted
+			return nil, cli.ErrInterrupted
 		}
 		return nil, err
 	}
-	d.res.Duration = formatDuration(time.Since(start))
+	d.res.Duration = cli.FormatDuration(time.Since(start))
 	stopProgress()
 	progress.Wait()
 	d.ui.done()
@@ -393,7 +394,7 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s", formatDuration(timeout), what)
+			return fmt.Errorf("timed out after %s waiting for %s", cli.FormatDuration(timeout), what)
 		}
 		if !sleepCtx(ctx, 5*time.Millisecond) {
 			return ctx.Err()

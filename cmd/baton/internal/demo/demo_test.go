@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,8 +16,10 @@ import (
 	"github.com/baton-go/baton/internal/testenv"
 )
 
+func TestMain(m *testing.M) { testenv.Main(m) }
+
 // checkDemoResult asserts the structured result of a passing demo.
-func checkDemoResult(t *testing.T, res *DemoResult) {
+func checkDemoResult(t *testing.T, res *Result) {
 	t.Helper()
 	if !res.Passed {
 		t.Errorf("the demo did not pass")
@@ -86,31 +87,6 @@ func checkDemoResult(t *testing.T, res *DemoResult) {
 	}
 }
 
-// TestDemo_Memory runs "baton demo" on the embedded default, through the
-// command line, and checks its JSON result and its narrative.
-func TestDemo_Memory(t *testing.T) {
-	r := runCLI(t, "demo", "--json").wantCode(t, exitOK)
-	var res DemoResult
-	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
-		t.Fatalf("stdout is not the JSON result: %v\n%s", err, r.stdout)
-	}
-	if res.Backend != "memory" || res.Seed != 1 {
-		t.Errorf("backend %q, seed %d; want memory, 1", res.Backend, res.Seed)
-	}
-	checkDemoResult(t, &res)
-	for _, want := range []string{
-		"1. one holder", "2. producers", "3. the leader is killed mid-run", "4. the engine answers 503",
-		"5. a 409 parks an entry", "6. projections", "PASS in", "   · delivered ",
-	} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("the narrative (stderr with --json) lacks %q:\n%s", want, r.stderr)
-		}
-	}
-	if strings.Contains(r.stderr, "\x1b[") {
-		t.Errorf("terminal escapes in output that is not a terminal:\n%q", r.stderr)
-	}
-}
-
 // TestDemo_Terminal runs the demo as on a terminal, with another seed:
 // the progress line is redrawn in place, and the run still passes.
 func TestDemo_Terminal(t *testing.T) {
@@ -118,7 +94,7 @@ func TestDemo_Terminal(t *testing.T) {
 		t.Skip("a second full demo run; skipped with -short")
 	}
 	var out strings.Builder
-	res, err := runDemo(context.Background(), demoOptions{Seed: 7, Out: &out, TTY: true})
+	res, err := Run(context.Background(), Config{Seed: 7, Out: &out, TTY: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +138,7 @@ func TestDemo_VerificationCatchesAGhost(t *testing.T) {
 		}
 		return nil
 	}
-	res, err := runDemo(context.Background(), demoOptions{Seed: 3, beforeVerify: ghost})
+	res, err := Run(context.Background(), Config{Seed: 3, beforeVerify: ghost})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,39 +162,6 @@ func TestDemo_VerificationCatchesAGhost(t *testing.T) {
 	}
 }
 
-// TestDemo_Interrupted: a cancelled context stops the demo cleanly, with
-// exit status 130 (every goroutine stopped: testenv.Main checks).
-func TestDemo_Interrupted(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(1500*time.Millisecond, cancel)
-	var out, errb strings.Builder
-	if code := run(ctx, []string{"demo"}, &out, &errb); code != exitInterrupted {
-		t.Fatalf("exit status %d, want %d\n%s\n%s", code, exitInterrupted, out.String(), errb.String())
-	}
-	if !strings.Contains(errb.String(), "interrupted") {
-		t.Errorf("stderr %q does not say interrupted", errb.String())
-	}
-}
-
-func TestDemo_FlagErrors(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"demo", "--redis", "127.0.0.1:6379"}, "--redis needs --postgres"},
-		{[]string{"demo", "--keep"}, "--keep needs --postgres"},
-		{[]string{"demo", "--postgres", "postgres://x@127.0.0.1/db", "--redis", "no-port"}, "--redis"},
-		{[]string{"demo", "--postgres", "nonsense"}, "--postgres"},
-		{[]string{"demo", "--seed", "minus-one"}, "--seed"},
-		{[]string{"demo", "extra"}, "takes no arguments"},
-	} {
-		r := runCLI(t, tc.args...).wantCode(t, exitUsage)
-		if !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
-			t.Errorf("%v: stderr %q, want one line mentioning %q", tc.args, r.stderr, tc.want)
-		}
-	}
-}
-
 // TestDemo_Postgres runs the scenario on PostgreSQL, with advisory locks
 // and then with Redis locks; each run creates its own schema and drops it.
 func TestDemo_Postgres(t *testing.T) {
@@ -228,18 +171,19 @@ func TestDemo_Postgres(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	for _, withRedis := range []bool{false, true} {
 		name := "advisory locks"
-		args := []string{"demo", "--postgres", url, "--json"}
+		cfg := Config{Postgres: url, Seed: 1}
 		if withRedis {
 			name = "redis locks"
-			args = append(args, "--redis", testenv.RedisAddr(t))
+			cfg.Redis = testenv.RedisAddr(t)
 		}
 		t.Run(name, func(t *testing.T) {
-			r := runCLI(t, args...).wantCode(t, exitOK)
-			var res DemoResult
-			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
-				t.Fatalf("stdout is not the JSON result: %v\n%s", err, r.stdout)
+			var out strings.Builder
+			cfg.Out = &out
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
 			}
-			checkDemoResult(t, &res)
+			checkDemoResult(t, res)
 			if !strings.HasPrefix(res.Schema, "baton_demo_") {
 				t.Fatalf("schema %q", res.Schema)
 			}
@@ -257,50 +201,9 @@ func TestDemo_Postgres(t *testing.T) {
 				t.Errorf("schema %s still exists after the demo", res.Schema)
 				_, _ = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{res.Schema}.Sanitize()+" CASCADE")
 			}
-			if !strings.Contains(r.stderr, "dropped schema "+res.Schema) {
-				t.Errorf("the narrative does not say the schema was dropped:\n%s", r.stderr)
+			if !strings.Contains(out.String(), "dropped schema "+res.Schema) {
+				t.Errorf("the narrative does not say the schema was dropped:\n%s", out.String())
 			}
 		})
 	}
-}
-
-// TestDemo_PostgresKeep keeps the schema, and the operator commands read
-// what the demo left.
-func TestDemo_PostgresKeep(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole scenario against PostgreSQL; skipped with -short")
-	}
-	url := testenv.PostgresURL(t)
-	r := runCLI(t, "demo", "--postgres", url, "--keep", "--json").wantCode(t, exitOK)
-	var res DemoResult
-	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{res.Schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Error(err)
-		}
-	})
-	lr := runCLI(t, "leases", "--postgres", url, "--schema", res.Schema).wantCode(t, exitOK)
-	for _, want := range []string{coordinatorRole, "profiles:partition-15", "instance-", "free (expired"} {
-		if !strings.Contains(lr.stdout, want) {
-			t.Errorf("leases output lacks %q:\n%s", want, lr.stdout)
-		}
-	}
-	dl := runCLI(t, "outbox", "dead", "list", "--postgres", url, "--schema", res.Schema, "--json").wantCode(t, exitOK)
-	var dead []deadJSON
-	if err := json.Unmarshal([]byte(dl.stdout), &dead); err != nil {
-		t.Fatal(err)
-	}
-	if len(dead) != 1 || dead[0].RequeuedAs == nil || dead[0].Lane != graph.LaneMetadata {
-		t.Errorf("dead letters %+v, want the one requeued graph.metadata entry", dead)
-	}
-	runCLI(t, "verify", "--postgres", url, "--schema", res.Schema).wantCode(t, exitOK)
 }

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/projection"
 	"github.com/baton-go/baton/graph"
@@ -234,7 +235,7 @@ func (d *demo) drain(ctx context.Context, timeout time.Duration) error {
 		return missing == 0
 	})
 	if err != nil && ctx.Err() == nil {
-		d.ui.logf("   still %d entries undelivered after %s; the verification will say which", missing, formatDuration(timeout))
+		d.ui.logf("   still %d entries undelivered after %s; the verification will say which", missing, cli.FormatDuration(timeout))
 		return nil
 	}
 	return err
@@ -420,19 +421,19 @@ func (d *demo) stepKill(ctx context.Context) error {
 	fo := Failover{What: "outbox leader", By: ev.Instance, Took: ev.At.Sub(killAt), Bound: lockBound, Why: lockWhy + allow}
 	d.addFailover(fo)
 	msg := fmt.Sprintf("   outbox leader         %s took the lock after %s (bound %s: %s)",
-		fo.By, formatDuration(fo.Took), formatDuration(fo.Bound), fo.Why)
+		fo.By, cli.FormatDuration(fo.Took), cli.FormatDuration(fo.Bound), fo.Why)
 	if resumed > 0 {
-		msg += fmt.Sprintf("; delivery resumed after %s", formatDuration(resumed))
+		msg += fmt.Sprintf("; delivery resumed after %s", cli.FormatDuration(resumed))
 	}
 	d.ui.logf("%s", msg)
 	if wasCoordinator {
 		fo := Failover{What: "role " + coordinatorRole, By: coordBy, Took: coordAt.Sub(killAt), Bound: roleBound, Why: roleWhy + allow}
 		d.addFailover(fo)
-		d.ui.logf("   %-21s %s holds it after %s (bound %s: %s)", coordinatorRole, fo.By, formatDuration(fo.Took), formatDuration(fo.Bound), fo.Why)
+		d.ui.logf("   %-21s %s holds it after %s (bound %s: %s)", coordinatorRole, fo.By, cli.FormatDuration(fo.Took), cli.FormatDuration(fo.Bound), fo.Why)
 	}
 	fo = Failover{What: "partitions", By: "survivors", Took: partsAt.Sub(killAt), Bound: roleBound, Why: roleWhy + allow}
 	d.addFailover(fo)
-	d.ui.logf("   %-21s all %d held again after %s: %s", "partitions", partitionCount, formatDuration(fo.Took), d.partitionSpread())
+	d.ui.logf("   %-21s all %d held again after %s: %s", "partitions", partitionCount, cli.FormatDuration(fo.Took), d.partitionSpread())
 
 	if err := d.drain(ctx, d.t.Deadline); err != nil {
 		return err
@@ -479,8 +480,8 @@ func (d *demo) stepBurst(ctx context.Context) error {
 	d.ui.logf("   the walk stops at the first refused entry and retries every %s; every lane waits behind it",
 		d.t.ErrorDelay.String())
 	d.ui.logf("   stuck notice (webhook) %s after the burst began (StuckAfter %s): lane %s, entry %s",
-		formatDuration(time.Since(burstAt)), d.t.StuckAfter.String(), n.Lane, n.EntryID)
-	d.ui.logf("   last error: %s", cut(n.LastError, 100))
+		cli.FormatDuration(time.Since(burstAt)), d.t.StuckAfter.String(), n.Lane, n.EntryID)
+	d.ui.logf("   last error: %s", cli.Cut(n.LastError, 100))
 	d.engine.ClearFaults()
 	recoverAt := time.Now()
 	if err := d.drain(ctx, d.t.Deadline); err != nil {
@@ -495,7 +496,7 @@ func (d *demo) stepBurst(ctx context.Context) error {
 	if !cleared {
 		state = "first_stuck_at NOT cleared"
 	}
-	d.ui.logf("   the engine recovered: the backlog was delivered %s later, in order; %s", formatDuration(took), state)
+	d.ui.logf("   the engine recovered: the backlog was delivered %s later, in order; %s", cli.FormatDuration(took), state)
 	return nil
 }
 
@@ -518,10 +519,10 @@ func (d *demo) stepPark(ctx context.Context) error {
 	if txs := d.ledger.all(); len(txs) > before && len(txs[before].Entries) > 0 {
 		parked = txs[before].Entries[0].ID
 	}
-	var dead deadJSON
+	var dead deadLetterJSON
 	err := waitFor(ctx, d.t.Deadline, "the dead letter", func() bool {
 		var list struct {
-			DeadLetters []deadJSON `json:"dead_letters"`
+			DeadLetters []deadLetterJSON `json:"dead_letters"`
 		}
 		if d.adminCall(ctx, admin, http.MethodGet, "/dead", &list) != nil {
 			return false
@@ -538,7 +539,7 @@ func (d *demo) stepPark(ctx context.Context) error {
 		return err
 	}
 	d.parkedIDs[parked] = true
-	d.ui.logf("   GET  %s/admin/outbox/dead -> %s (%s): %s", admin.name, dead.ID, dead.Lane, cut(dead.Error, 70))
+	d.ui.logf("   GET  %s/admin/outbox/dead -> %s (%s): %s", admin.name, dead.ID, dead.Lane, cli.Cut(dead.Error, 70))
 	d.ui.logf("   the walk went on past it; a dead-letter notice went to the webhook")
 	d.engine.ClearFaults()
 	var requeued struct {
@@ -561,8 +562,17 @@ func (d *demo) stepPark(ctx context.Context) error {
 		return err
 	}
 	d.ui.logf("   POST %s/admin/outbox/dead/{id}/requeue -> new entry %s, at the end of the order", admin.name, requeued.RequeuedAs)
-	d.ui.logf("   (after the engine stopped refusing) delivered %s later", formatDuration(time.Since(at)))
+	d.ui.logf("   (after the engine stopped refusing) delivered %s later", cli.FormatDuration(time.Since(at)))
 	return nil
+}
+
+// deadLetterJSON is what the step reads of a dead letter the outbox admin
+// API lists.
+type deadLetterJSON struct {
+	ID         outbox.ID  `json:"id"`
+	Lane       string     `json:"lane"`
+	Error      string     `json:"error"`
+	RequeuedAs *outbox.ID `json:"requeued_as"`
 }
 
 // adminCall calls an instance's outbox admin API and decodes the answer.
@@ -664,7 +674,7 @@ func (d *demo) stepProjections(ctx context.Context) error {
 		return err
 	}
 	d.ui.logf("   %s (coordinator) refreshed alice and bob after %s: alice's generation %d has %d grants",
-		coordinator, formatDuration(time.Since(refreshAt)), snap.Generation, len(snap.Grants))
+		coordinator, cli.FormatDuration(time.Since(refreshAt)), snap.Generation, len(snap.Grants))
 	for _, in := range alive {
 		check(in, alice, p1, "write", true)
 		check(in, alice, p1, "delete", true) // bit 63
@@ -695,6 +705,6 @@ func (d *demo) stepProjections(ctx context.Context) error {
 		check(in, bob, p1, "read", false)
 	}
 	d.ui.logf("   bob's grant revoked in the engine: every instance answers \"no\" %s later (an empty generation: no access, no error)",
-		formatDuration(time.Since(revokeAt)))
+		cli.FormatDuration(time.Since(revokeAt)))
 	return nil
 }

@@ -1,32 +1,14 @@
-package main
+package demo
 
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/term"
-
 	"github.com/baton-go/baton/internal/printable"
 )
-
-// isTerminal reports whether w is a terminal, where the progress line is
-// redrawn in place.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-// unwrapWriter returns the writer under a printable.Writer, or w.
-func unwrapWriter(w io.Writer) io.Writer {
-	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
-		return u.Unwrap()
-	}
-	return w
-}
 
 // ui prints the demo's narrative. On a terminal a status line stays at the
 // bottom and is redrawn in place; otherwise progress is logged as plain

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
 )
@@ -226,9 +227,9 @@ func (d *demo) verify(ctx context.Context) error {
 	for _, f := range r.Failovers {
 		maxFailover = max(maxFailover, f.Took)
 		failoverOK = failoverOK && f.Took <= f.Bound
-		parts = append(parts, fmt.Sprintf("%s %s ≤ %s", f.What, formatDuration(f.Took), formatDuration(f.Bound)))
+		parts = append(parts, fmt.Sprintf("%s %s ≤ %s", f.What, cli.FormatDuration(f.Took), cli.FormatDuration(f.Bound)))
 	}
-	r.MaxFailover = formatDuration(maxFailover)
+	r.MaxFailover = cli.FormatDuration(maxFailover)
 
 	add := func(name string, ok bool, format string, args ...any) {
 		r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
