@@ -17,6 +17,7 @@ import (
 	"github.com/baton-go/baton/core/projection"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/graph/graphtest"
+	"github.com/baton-go/baton/internal/outboxtest"
 )
 
 // ---- step 1 ----
@@ -311,25 +312,17 @@ func (d *demo) stepTraffic(ctx context.Context) error {
 // inversions counts the deliveries that came after one with a larger
 // (xid, id), by the xids the producers recorded.
 func (d *demo) inversions(delivered []graphtest.Delivery) int {
-	cursor := map[outbox.ID]outbox.Cursor{}
+	var written []outboxtest.Committed
 	for _, tx := range d.ledger.all() {
 		for _, e := range tx.Entries {
-			cursor[e.ID] = outbox.Cursor{XID: tx.XID, ID: e.ID}
+			written = append(written, outboxtest.Committed{XID: tx.XID, ID: e.ID})
 		}
 	}
-	n := 0
-	var prev outbox.Cursor
-	for _, dl := range delivered {
-		c, ok := cursor[dl.EntryID]
-		if !ok {
-			continue
-		}
-		if c.Compare(prev) < 0 {
-			n++
-		}
-		prev = c
+	ids := make([]outbox.ID, len(delivered))
+	for i, dl := range delivered {
+		ids[i] = dl.EntryID
 	}
-	return n
+	return outboxtest.CheckOrder(written, ids).OutOfOrder
 }
 
 // ---- step 3 ----
