@@ -277,49 +277,34 @@ func defaultsProblems(p goPackage) (problems []string, checked int) {
 	return problems, checked
 }
 
-func TestVocabulary_ConstructorsAreNewXReturningTAndError(t *testing.T) {
+// runCheck runs check over every package, reports its problems, and fails
+// when it checked fewer than least things (the walk missed some).
+func runCheck(t *testing.T, what string, least int, check func(goPackage) ([]string, int)) {
+	t.Helper()
 	total := 0
 	for _, p := range repositoryPackages(t) {
-		problems, n := constructorProblems(p)
+		problems, n := check(p)
 		total += n
 		for _, msg := range problems {
 			t.Error(msg)
 		}
 	}
-	if total < 25 {
-		t.Fatalf("checked %d constructors; the walk missed some", total)
+	if total < least {
+		t.Fatalf("checked %d %s, want at least %d: the walk missed some", total, what, least)
 	}
-	t.Logf("checked %d exported constructors", total)
+	t.Logf("checked %d %s", total, what)
+}
+
+func TestVocabulary_ConstructorsAreNewXReturningTAndError(t *testing.T) {
+	runCheck(t, "exported constructors", 25, constructorProblems)
 }
 
 func TestVocabulary_LongRunningComponentsRunAndNeverStart(t *testing.T) {
-	total := 0
-	for _, p := range repositoryPackages(t) {
-		problems, n := lifecycleProblems(p)
-		total += n
-		for _, msg := range problems {
-			t.Error(msg)
-		}
-	}
-	if total < 5 {
-		t.Fatalf("found %d Run methods; the walk missed some", total)
-	}
-	t.Logf("checked %d Run methods", total)
+	runCheck(t, "Run methods", 5, lifecycleProblems)
 }
 
 func TestVocabulary_WithDefaultsReturnsACopyAndValidateOnlyValidates(t *testing.T) {
-	total := 0
-	for _, p := range repositoryPackages(t) {
-		problems, n := defaultsProblems(p)
-		total += n
-		for _, msg := range problems {
-			t.Error(msg)
-		}
-	}
-	if total < 20 {
-		t.Fatalf("checked %d withDefaults and validate methods; the walk missed some", total)
-	}
-	t.Logf("checked %d withDefaults and validate methods", total)
+	runCheck(t, "withDefaults and validate methods", 20, defaultsProblems)
 }
 
 // TestVocabulary_TheChecksCatchWhatTheyAreFor runs the checks over a

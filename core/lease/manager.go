@@ -57,10 +57,10 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	return &Manager{
-		cfg:   cfg,
-		store: cfg.Store,
-		base:  time.Now(),
-		reg:   newRegistry(),
+		cfg:     cfg,
+		store:   cfg.Store,
+		base:    time.Now(),
+		reg:     newRegistry(),
 		beat:    make(chan struct{}, 1),
 		wake:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
