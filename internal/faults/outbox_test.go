@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
-	"github.com/baton-go/baton/locks/pg"
+	"github.com/baton-go/baton/locks/pglock"
 	redislock "github.com/baton-go/baton/locks/redis"
 )
 
@@ -63,7 +63,7 @@ func producerMain(args []string) int {
 		var ids []outbox.ID
 		for range 1 + rng.IntN(3) {
 			id := outbox.NewID()
-			if err := postgres.Enqueue(ctx, tx, id, outboxLanes[rng.IntN(len(outboxLanes))], []byte(`{"n":1}`)); err != nil {
+			if err := pgxstore.Enqueue(ctx, tx, id, outboxLanes[rng.IntN(len(outboxLanes))], []byte(`{"n":1}`)); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
@@ -81,7 +81,7 @@ func producerMain(args []string) int {
 				side, err := pool.Begin(ctx)
 				if err == nil {
 					for _, id := range ids {
-						_ = postgres.Enqueue(ctx, side, id, outboxLanes[0], []byte(`{"n":1}`))
+						_ = pgxstore.Enqueue(ctx, side, id, outboxLanes[0], []byte(`{"n":1}`))
 					}
 					_ = side.Commit(ctx)
 				}
@@ -123,12 +123,12 @@ func driverMain(args []string) int {
 	var provider lock.Provider
 	switch *locks {
 	case "pg":
-		provider, err = pg.New(pool, pg.Options{Namespace: *namespace, PingInterval: 100 * time.Millisecond})
+		provider, err = pglock.NewProvider(pool, pglock.Options{Namespace: *namespace, PingInterval: 100 * time.Millisecond})
 	case "redis":
 		client := goredis.NewClient(&goredis.Options{Addr: *redisAddr, MaxRetries: -1,
 			DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 		defer client.Close()
-		provider, err = redislock.New(client, redislock.Options{Prefix: *namespace + ":", TTL: outboxLockTTL, SafetyMargin: outboxLockMargin})
+		provider, err = redislock.NewProvider(client, redislock.Options{Prefix: *namespace + ":", TTL: outboxLockTTL, SafetyMargin: outboxLockMargin})
 	default:
 		err = fmt.Errorf("unknown -locks %q", *locks)
 	}
@@ -137,7 +137,7 @@ func driverMain(args []string) int {
 		return 1
 	}
 	tracked := &trackedLocks{Provider: provider, rep: rep}
-	store, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{})
+	store, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -165,7 +165,7 @@ func driverMain(args []string) int {
 			return out, nil
 		}})
 	}
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: store, Locks: tracked, Processors: procs,
 		Notify:    func(context.Context, outbox.Notice) error { return nil },
 		BatchSize: 100, IdleDelay: 20 * time.Millisecond, ErrorDelay: 50 * time.Millisecond,
