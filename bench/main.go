@@ -36,8 +36,8 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/baton-go/baton/backends/bunorm"
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/bunstore"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/workrow"
 	"github.com/baton-go/baton/internal/benchkit"
@@ -278,7 +278,7 @@ func enqueueCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 	if err != nil {
 		return nil, err
 	}
-	quiet, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{SignalDisabled: true})
+	quiet, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{SignalDisabled: true})
 	if err != nil {
 		return nil, err
 	}
@@ -330,7 +330,7 @@ func wakeCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Cell,
 		return nil, err
 	}
 	db := benchkit.Bun(pool)
-	bunStore, err := bunorm.NewOutboxStore(ctx, db, bunorm.OutboxStoreOptions{})
+	bunStore, err := bunstore.NewOutboxStore(ctx, db, bunstore.OutboxStoreOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
-	"github.com/baton-go/baton/backends/bunorm"
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/bunstore"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/workrow"
 	lockmem "github.com/baton-go/baton/locks/memory"
@@ -161,7 +161,7 @@ func Paced(ctx context.Context, rate float64, d time.Duration, op func(ctx conte
 // leader runs an outbox.Driver over st with a no-op processor on Lanes[0]
 // that calls seen for every entry, until the returned stop.
 func leader(st outbox.Store, idle time.Duration, pollOnly bool, seen func(outbox.ID)) (stop func(), err error) {
-	locks, err := lockmem.New(lockmem.Options{})
+	locks, err := lockmem.NewProvider(lockmem.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func leader(st outbox.Store, idle time.Duration, pollOnly bool, seen func(outbox
 		}
 		return out, nil
 	}}
-	drv, err := outbox.New(outbox.Config{
+	drv, err := outbox.NewDriver(outbox.Config{
 		Store: st, Locks: locks, Processors: []outbox.Processor{proc}, RetentionDisabled: true,
 		IdleDelay: idle, PollOnly: pollOnly, Notify: func(context.Context, outbox.Notice) error { return nil },
 	})
@@ -252,20 +252,20 @@ func OutboxLatency(name string, pool *pgxpool.Pool, st outbox.Store, enqueue fun
 	}
 }
 
-// PgxEnqueue is one producer transaction with postgres.Enqueue.
+// PgxEnqueue is one producer transaction with pgxstore.Enqueue.
 func PgxEnqueue(pool *pgxpool.Pool) func(ctx context.Context, id outbox.ID) error {
 	return func(ctx context.Context, id outbox.ID) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			return postgres.Enqueue(ctx, tx, id, Lanes[0], Payload)
+			return pgxstore.Enqueue(ctx, tx, id, Lanes[0], Payload)
 		})
 	}
 }
 
-// BunEnqueue is one producer transaction with bunorm.Enqueue.
+// BunEnqueue is one producer transaction with bunstore.Enqueue.
 func BunEnqueue(db *bun.DB) func(ctx context.Context, id outbox.ID) error {
 	return func(ctx context.Context, id outbox.ID) error {
 		return db.RunInTx(ctx, &sql.TxOptions{}, func(ctx context.Context, tx bun.Tx) error {
-			return bunorm.Enqueue(ctx, tx, id, Lanes[0], Payload)
+			return bunstore.Enqueue(ctx, tx, id, Lanes[0], Payload)
 		})
 	}
 }
@@ -282,14 +282,14 @@ type bunWakeRow struct {
 	bun.BaseModel `bun:"table:bench_wake_rows"`
 	ID            int64      `bun:"id,pk"`
 	CompletedAt   *time.Time `bun:"completed_at"`
-	bunorm.LockColumns
+	bunstore.LockColumns
 }
 
 // WakeRows is the wake-up cells' work table with a store of each adapter.
 type WakeRows struct {
 	Pool *pgxpool.Pool
-	Pgx  *postgres.WorkRows[int64, wakeRow]
-	Bun  *bunorm.WorkRows[int64, bunWakeRow]
+	Pgx  *pgxstore.WorkRows[int64, wakeRow]
+	Bun  *bunstore.WorkRows[int64, bunWakeRow]
 	db   *bun.DB
 	mu   sync.Mutex
 	next int64
@@ -299,7 +299,7 @@ var wakeLive = workrow.IsNull("completed_at")
 
 // NewWakeRows creates WakeTable with its claim index in pool's schema.
 func NewWakeRows(ctx context.Context, pool *pgxpool.Pool) (*WakeRows, error) {
-	ix, err := postgres.ClaimIndex{Table: WakeTable, Live: wakeLive}.DDL()
+	ix, err := pgxstore.ClaimIndex{Table: WakeTable, Live: wakeLive}.DDL()
 	if err != nil {
 		return nil, err
 	}
@@ -313,10 +313,10 @@ func NewWakeRows(ctx context.Context, pool *pgxpool.Pool) (*WakeRows, error) {
 		return nil, err
 	}
 	w := &WakeRows{Pool: pool, db: Bun(pool)}
-	if w.Pgx, err = postgres.NewWorkRows[int64](pool, postgres.WorkRowsOptions[wakeRow]{Table: WakeTable, Live: wakeLive}); err != nil {
+	if w.Pgx, err = pgxstore.NewWorkRows[int64](pool, pgxstore.WorkRowsOptions[wakeRow]{Table: WakeTable, Live: wakeLive}); err != nil {
 		return nil, err
 	}
-	if w.Bun, err = bunorm.NewWorkRows[int64, bunWakeRow](ctx, w.db, bunorm.WorkRowsOptions{Live: wakeLive}); err != nil {
+	if w.Bun, err = bunstore.NewWorkRows[int64, bunWakeRow](ctx, w.db, bunstore.WorkRowsOptions{Live: wakeLive}); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -424,15 +424,15 @@ func (p *Producers) EnqueueBeside(name string, st outbox.Store, listen bool, pro
 	}
 }
 
-// SignalledEnqueue is postgres.Enqueue: it signals only while the leader
+// SignalledEnqueue is pgxstore.Enqueue: it signals only while the leader
 // is idle.
 func SignalledEnqueue(ctx context.Context, tx pgx.Tx) error {
-	return postgres.Enqueue(ctx, tx, outbox.NewID(), Lanes[0], Payload)
+	return pgxstore.Enqueue(ctx, tx, outbox.NewID(), Lanes[0], Payload)
 }
 
 // QuietEnqueue is the Enqueue of a store with SignalDisabled: a plain
 // insert with the dead-letter check.
-func QuietEnqueue(st *postgres.OutboxStore) func(ctx context.Context, tx pgx.Tx) error {
+func QuietEnqueue(st *pgxstore.OutboxStore) func(ctx context.Context, tx pgx.Tx) error {
 	return func(ctx context.Context, tx pgx.Tx) error {
 		return st.Enqueue(ctx, tx, outbox.NewID(), Lanes[0], Payload)
 	}

@@ -203,11 +203,11 @@ const Lane = "wake"
 // runDriver runs a driver over store until the test ends.
 func runDriver(t *testing.T, store outbox.Store, idle time.Duration, d *delivered) {
 	t.Helper()
-	locks, err := memory.New(memory.Options{})
+	locks, err := memory.NewProvider(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv, err := outbox.New(outbox.Config{
+	drv, err := outbox.NewDriver(outbox.Config{
 		Store: store, Locks: locks, Processors: []outbox.Processor{d.processor(Lane)},
 		Notify:    func(context.Context, outbox.Notice) error { return nil },
 		IdleDelay: idle, ErrorDelay: time.Second, RetentionDisabled: true,
