@@ -144,6 +144,12 @@ var outboxVariants = []outboxVariant{
 			}
 			return h
 		}},
+	{variant{"commit-never-signals", "O37", "ACommitWakesAnIdleListener"}, flawedWake(neverSignals)},
+	{variant{"rollback-signals", "O38", "ARollbackWakesNobody"}, flawedWake(rollbacksSignal)},
+	{variant{"signal-decided-at-the-first-write", "O39", "AnEntryEnqueuedBeforeIdleIsNeverMissed"}, flawedWake(decidedAtEnqueue)},
+	{variant{"idle-reports-no-newest-entry", "O40", "IdleReportsTheNewestEntryAfterTheCursor"}, flawedWake(newestIsZero)},
+	{variant{"listener-dead-after-a-timeout", "O41", "AWaitThatTimesOutLeavesTheListenerWorking"}, flawedWake(deadAfterTimeout)},
+	{variant{"one-channel-for-every-outbox", "O42", "AnotherOutboxDoesNotWakeIt"}, flawedWake(oneChannelForAll)},
 }
 
 func outboxBroken() brokenSuite {

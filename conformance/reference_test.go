@@ -310,7 +310,10 @@ func workRowsHarness(st *workRowStore, store workrow.Store[int64, conformance.Wo
 			}
 			return out, nil
 		},
-		ClaimIndexed:   st.ClaimIndex,
+		ClaimIndexed: st.ClaimIndex,
+		Signalled: conformance.InsertOnCommit(func(ctx context.Context, rows []conformance.WorkRow) error {
+			return st.Insert(ctx, rows...)
+		}),
 		Unmigrated:     func(*testing.T) conformance.WorkRowsHarness { return conformance.WorkRowsHarness{Store: missingTables} },
 		SchemaMismatch: errNoTables,
 	}

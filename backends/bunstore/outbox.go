@@ -63,6 +63,7 @@ type OutboxStoreOptions = pgsql.OutboxStoreOptions
 // anywhere in the database pins the walk.
 type OutboxStore struct {
 	*pgsql.OutboxStore
+	db bun.IDB // Listen's connections come from it
 }
 
 var _ outbox.Store = (*OutboxStore)(nil)
@@ -84,7 +85,7 @@ func NewOutboxStore(ctx context.Context, db bun.IDB, opts OutboxStoreOptions) (*
 	if err := checkSession(ctx, h, "NewOutboxStore"); err != nil {
 		return nil, err
 	}
-	return &OutboxStore{st}, nil
+	return &OutboxStore{st, db}, nil
 }
 
 // Enqueue is the package-level Enqueue for this store's tables: it writes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -63,6 +64,37 @@ func insertSuiteRows(ctx context.Context, db bun.IDB, rows []conformance.WorkRow
 	}
 	_, err := db.NewInsert().Model(&models).Exec(ctx)
 	return err
+}
+
+// signalledInsert inserts rows in a transaction of db that signals the
+// suite's table with SignalWorkRows, and leaves it open.
+func signalledInsert(ctx context.Context, db *bun.DB, rows []conformance.WorkRow) (conformance.WorkRowsTx, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := insertSuiteRows(ctx, tx, rows); err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	if err := SignalWorkRows(ctx, tx, "", "work_rows"); err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	return bunWorkTx{tx}, nil
+}
+
+// bunWorkTx is a bun.Tx as the suite ends it.
+type bunWorkTx struct{ tx bun.Tx }
+
+func (t bunWorkTx) Commit(context.Context) error { return t.tx.Commit() }
+
+// Rollback after Commit does nothing, as the suite expects.
+func (t bunWorkTx) Rollback(context.Context) error {
+	if err := t.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return err
+	}
+	return nil
 }
 
 func readSuiteRows(ctx context.Context, db bun.IDB) ([]conformance.WorkRowState, error) {
@@ -146,6 +178,9 @@ func TestWorkRows_Conformance(t *testing.T) {
 			},
 			ClaimIndexed: func(ctx context.Context) ([]int64, error) {
 				return claimIndexed(ctx, db)
+			},
+			Signalled: func(ctx context.Context, rows []conformance.WorkRow) (conformance.WorkRowsTx, error) {
+				return signalledInsert(ctx, db, rows)
 			},
 			Unmigrated: func(t *testing.T) conformance.WorkRowsHarness {
 				return conformance.WorkRowsHarness{Store: suiteStore(t, openBun(t, testenv.Postgres(t)))}

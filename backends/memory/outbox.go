@@ -57,6 +57,8 @@ type OutboxStore struct {
 	ids     map[outbox.ID]struct{}
 	dead    map[outbox.ID]*outbox.DeadLetter
 	state   map[string]string
+	// bus holds the listeners (Listen) that commits signal.
+	bus bus
 }
 
 var _ outbox.Store = (*OutboxStore)(nil)
@@ -182,6 +184,7 @@ func (tx *OutboxTx) Commit(ctx context.Context) error {
 	}
 	slices.SortFunc(entries, func(a, b outbox.Entry) int { return a.ID.Compare(b.ID) })
 	s.insert(entries)
+	s.bus.signal(entries[0].XID)
 	return nil
 }
 

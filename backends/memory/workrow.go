@@ -53,6 +53,8 @@ type WorkRowStore[K comparable, R any] struct {
 
 	mu   sync.Mutex
 	rows map[K]*workRowEntry[R]
+	// bus holds the listeners (Listen) that inserts signal.
+	bus bus
 }
 
 var _ workrow.Store[int64, struct{ ID int64 }] = (*WorkRowStore[int64, struct{ ID int64 }])(nil)
@@ -113,8 +115,10 @@ func NewWorkRowStore[K comparable, R any](opts WorkRowStoreOptions) (*WorkRowSto
 	}, nil
 }
 
-// Insert adds rows, unlocked. A row whose id is taken, by the store or by
-// an earlier row of the same call, is an error, and then nothing is added.
+// Insert adds rows, unlocked, and signals the store's idle listeners
+// (Listen), as a database producer signals in its transaction. A row whose
+// id is taken, by the store or by an earlier row of the same call, is an
+// error, and then nothing is added.
 func (s *WorkRowStore[K, R]) Insert(ctx context.Context, rows ...R) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -131,6 +135,9 @@ func (s *WorkRowStore[K, R]) Insert(ctx context.Context, rows ...R) error {
 	}
 	for _, r := range rows {
 		s.rows[s.id(r)] = &workRowEntry[R]{row: s.codec.clone(r).(R)}
+	}
+	if len(rows) > 0 {
+		s.bus.signal(0)
 	}
 	return nil
 }

@@ -105,6 +105,7 @@ type OutboxStoreOptions = pgsql.OutboxStoreOptions
 // cursor lock in one pipeline, the state write with COMMIT in another.
 type OutboxStore struct {
 	*pgsql.OutboxStore
+	pool *pgxpool.Pool // Listen's connections come from it
 }
 
 var _ outbox.Store = (*OutboxStore)(nil)
@@ -133,7 +134,7 @@ func NewOutboxStore(pool *pgxpool.Pool, opts OutboxStoreOptions) (*OutboxStore, 
 	if err != nil {
 		return nil, err
 	}
-	return &OutboxStore{st}, nil
+	return &OutboxStore{st, pool}, nil
 }
 
 // Enqueue is the package-level Enqueue for this store's tables: it writes

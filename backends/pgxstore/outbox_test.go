@@ -949,6 +949,10 @@ FROM generate_series(1, 100000) AS g`)
 			map[string][]string{"baton_outbox_dead_parked": {"parked_at <="}, "baton_outbox_dead_pkey": {"id ="}}},
 		{"outbox_delete_requeued", st.Statements().DeleteRequeued, "'7 days', 1000",
 			map[string][]string{"baton_outbox_dead_requeued": {"requeued_at < (now() -"}}},
+		{"outbox_newest", st.Statements().Newest, fmt.Sprintf("'%d', %s", c, nilID),
+			map[string][]string{"baton_outbox_walk": {"ROW(xid, id) > ROW("}}},
+		{"outbox_gate", st.Statements().Gate, fmt.Sprintf("1, '%d', %s", c, nilID),
+			map[string][]string{"baton_outbox_walk": {"ROW(xid, id) > ROW("}}},
 	}
 	for _, s := range statements {
 		if _, err := conn.Exec(ctx, "PREPARE "+s.name+" AS "+s.query); err != nil {

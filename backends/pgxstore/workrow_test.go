@@ -62,7 +62,7 @@ func suiteStore(t testing.TB, pool *pgxpool.Pool) *WorkRows[int64, conformance.W
 	return st
 }
 
-func insertSuiteRows(ctx context.Context, pool *pgxpool.Pool, rows []conformance.WorkRow) error {
+func insertSuiteRows(ctx context.Context, pool pgxQuerier, rows []conformance.WorkRow) error {
 	ids, seqs, attempts := make([]int64, len(rows)), make([]int64, len(rows)), make([]int32, len(rows))
 	done, errs := make([]*time.Time, len(rows)), make([]*string, len(rows))
 	for i, r := range rows {
@@ -138,12 +138,33 @@ func TestWorkRows_Conformance(t *testing.T) {
 			ClaimIndexed: func(ctx context.Context) ([]int64, error) {
 				return claimIndexed(ctx, env.Pool)
 			},
+			Signalled: func(ctx context.Context, rows []conformance.WorkRow) (conformance.WorkRowsTx, error) {
+				return signalledInsert(ctx, env.Pool, rows)
+			},
 			Unmigrated: func(t *testing.T) conformance.WorkRowsHarness {
 				return conformance.WorkRowsHarness{Store: suiteStore(t, testenv.Postgres(t).Pool)}
 			},
 			SchemaMismatch: ErrSchemaMismatch,
 		}
 	}, conformance.WorkRowsFeatures{})
+}
+
+// signalledInsert inserts rows in a transaction of pool that signals the
+// suite's table with SignalWorkRows, and leaves it open.
+func signalledInsert(ctx context.Context, pool *pgxpool.Pool, rows []conformance.WorkRow) (conformance.WorkRowsTx, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := insertSuiteRows(ctx, tx, rows); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	if err := SignalWorkRows(ctx, tx, "", "work_rows"); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	return tx, nil
 }
 
 // suiteEnv is a test schema with the suite's table, n fresh rows and a

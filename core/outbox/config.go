@@ -71,6 +71,11 @@ type Config struct {
 	// LeaderWait is how long one attempt to become leader waits; standby
 	// instances keep trying forever.
 	LeaderWait time.Duration
+	// PollOnly keeps the leader from listening for commits even when the
+	// Store can wake it (Waker): it walks every IdleDelay only. Set it
+	// where the store's connections cannot LISTEN, such as PgBouncer in
+	// transaction pooling mode.
+	PollOnly bool
 
 	// StuckAfter is how long a failing streak lasts before a stuck notice.
 	StuckAfter time.Duration

@@ -81,6 +81,8 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 	}()
 
 	w := &walker{d: d, lk: lk}
+	k := d.newWake() // the leader alone listens, for as long as it leads
+	defer k.close()
 	for ctx.Err() == nil {
 		if !w.loaded {
 			if err := w.load(ctx); err != nil {
@@ -102,7 +104,7 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 		if deposed {
 			return
 		}
-		if !sleep(ctx, nil, delay) {
+		if !k.rest(ctx, w, delay) {
 			return
 		}
 	}
@@ -141,6 +143,13 @@ type walker struct {
 	// transaction counter: after loading it, and whenever the walk has
 	// caught up (a restore in between would leave it ahead for good).
 	checkCounter bool
+	// idle says the last pass caught up: it settled without a stop and
+	// read less than a full batch, so its pause may end at a signal.
+	idle bool
+	// counterAt is when the pass last compared the cursor with the
+	// transaction counter: a walk woken at every commit catches up at
+	// every pass, and checks at most once per IdleDelay.
+	counterAt time.Time
 }
 
 func (w *walker) load(ctx context.Context) error {
@@ -172,6 +181,7 @@ type stopInfo struct {
 func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 	d := w.d
 	cfg := &d.cfg
+	w.idle = false
 	if len(d.procs) == 0 {
 		cfg.Logger.Warn("outbox: no processors registered; not scanning (entries would be parked as unknown lanes)")
 		return cfg.IdleDelay, false
@@ -194,7 +204,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 			cfg.Logger.Error("outbox: refusing to walk", "err", err)
 			return w.settleFailure(ctx, now, stopInfo{reason: err.Error()}, true)
 		}
-		w.checkCounter = false
+		w.checkCounter, w.counterAt = false, now
 	}
 	entries, err := cfg.Store.Scan(ctx, w.cur, cfg.BatchSize)
 	if err != nil {
@@ -311,7 +321,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		return cfg.ErrorDelay, false
 	}
 	w.h, w.cur = next, to
-	w.checkCounter = len(entries) < cfg.BatchSize
+	w.checkCounter = len(entries) < cfg.BatchSize && now.Sub(w.counterAt) >= cfg.IdleDelay
 
 	switch {
 	case stop != nil && stop.retryAfter > 0:
@@ -321,6 +331,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 	case len(entries) == cfg.BatchSize, !ScanHasRoom(ScanBytes(entries)):
 		return 0, false // a full batch, by count or by bytes: more may be waiting, straight on
 	default:
+		w.idle = true
 		return cfg.IdleDelay, false
 	}
 }

@@ -474,6 +474,7 @@ func TestDriver_DelaysIdleAfterEmptyErrorAfterFailureNoneAfterFullBatch(t *testi
 		cs := &countingStore{OutboxStore: r.store}
 		cfg := r.config(rec)
 		cfg.Store = cs
+		cfg.PollOnly = true // the pauses of polling; wake_test.go has the wake-ups
 		r.run(cfg)
 		synctest.Wait()
 		// Full, full, partial: three passes at once, then idle.

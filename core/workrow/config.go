@@ -100,8 +100,14 @@ type Config[K comparable, R any] struct {
 	// DefaultFlushInterval).
 	FlushInterval time.Duration
 	// IdleDelay is the pause after a claim that found nothing (default
-	// DefaultIdleDelay).
+	// DefaultIdleDelay). A Run over a Store that can wake it (Waker)
+	// claims again as soon as a signalled insert commits.
 	IdleDelay time.Duration
+	// PollOnly keeps Run from listening for signalled inserts even when
+	// the Store can wake it (Waker): it claims every IdleDelay only. Set
+	// it where the store's connections cannot LISTEN, such as PgBouncer in
+	// transaction pooling mode.
+	PollOnly bool
 	// ErrorDelay is the pause after a failed claim or finalize (default
 	// DefaultErrorDelay).
 	ErrorDelay time.Duration

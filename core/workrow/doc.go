@@ -66,4 +66,9 @@
 // failure; a row lost to another worker is logged, never overwritten.
 // Config.Concurrency runs that many handlers at once from one claim loop;
 // rows then start in queue order but may finish out of order.
+//
+// A claim that found nothing waits IdleDelay, or, over a Store that is also
+// a Waker (and without PollOnly), until a producer's signalled insert
+// commits: the producer calls the adapter's helper in its transaction, and
+// the idle Run claims at once. See Waker for the rules.
 package workrow

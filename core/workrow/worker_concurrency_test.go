@@ -345,6 +345,7 @@ func TestWorker_ConcurrencyStillFinalizesEachBatchInOneCall(t *testing.T) {
 		cfg.Concurrency = 10
 		cfg.BatchSize = 10
 		cfg.IdleDelay = time.Minute
+		cfg.PollOnly = true // one empty claim, then the pause; wake_test.go has the listening
 		runWorker(t, newWorker(t, cfg))
 		time.Sleep(time.Second)
 		for id := int64(1); id <= 100; id++ {
@@ -409,6 +410,7 @@ func TestWorker_ConcurrencyFastHandlersDoNotRunAheadOfTheFinalizes(t *testing.T)
 		cfg.Concurrency = 100
 		cfg.BatchSize = 10
 		cfg.IdleDelay = time.Minute
+		cfg.PollOnly = true // one empty claim, then the pause; wake_test.go has the listening
 		runWorker(t, newWorker(t, cfg))
 		// Rows not yet finalized stay in the claim index, where every
 		// claim steps over them: claiming on while finalizes queue up

@@ -53,7 +53,7 @@ func defaultTimings() demoTimings {
 		LockSafetyMargin: 300 * time.Millisecond,
 		LockBackoff:      lock.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 		PingInterval:     250 * time.Millisecond,
-		IdleDelay:        50 * time.Millisecond,
+		IdleDelay:        outbox.DefaultIdleDelay, // the leader is woken by each commit; the poll is the fallback
 		ErrorDelay:       200 * time.Millisecond,
 		LeaderWait:       time.Second,
 		StuckAfter:       time.Second,
