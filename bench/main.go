@@ -10,7 +10,7 @@
 //
 //	go -C bench run . all            # every cell, 5 alternations (a few minutes)
 //	go -C bench run . --quick all    # one alternation per cell (well under 2 minutes)
-//	go -C bench run . workrows       # one group: relay, enqueue, workrows, locks or logical
+//	go -C bench run . workrows       # one group: relay, enqueue, workrows, locks, wakeup or logical
 //
 // (or cd bench && go run . all). The servers default to PostgreSQL at
 // 127.0.0.1:5432 as user postgres and Redis at 127.0.0.1:6379; --pg and
@@ -39,6 +39,10 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/baton-go/baton/backends/bunstore"
+	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/core/workrow"
 	"github.com/baton-go/baton/internal/benchkit"
 )
 
@@ -47,7 +51,7 @@ func main() {
 }
 
 // groups are the commands besides all, in the order all runs them.
-var groups = []string{"relay", "enqueue", "workrows", "locks", "logical"}
+var groups = []string{"relay", "enqueue", "workrows", "locks", "wakeup", "logical"}
 
 // plan is the size of one invocation.
 type plan struct {
@@ -62,6 +66,11 @@ type plan struct {
 	handlers      []int
 	workBatches   []int
 	riverSettings riverSettings
+	// wakeRates are the commit rates of the wake-up cells, each measured
+	// for at least wakeCommits commits, in wakeRounds alternations.
+	wakeRates   []float64
+	wakeCommits int
+	wakeRounds  int
 	// logicalURL is a server with wal_level = logical ("" starts one);
 	// logicalEntries the fresh entries of each logical relay run.
 	logicalURL     string
@@ -118,10 +127,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rounds: 5, bound: time.Second, relayEntries: 300_000, wmEntries: 100_000, workRows: 30_000,
 		relayBatches: []int{100, 1000}, producers: []int{1, 8, 32}, handlers: []int{1, 16, 100}, workBatches: []int{20, 100},
 		riverSettings: riverSettings{FetchCooldown: *cooldown, FetchPollInterval: *poll},
-		logicalURL:    *pgLogical, logicalEntries: 100_000, closers: new([]func(context.Context) error),
+		wakeRates:     []float64{10, 500}, wakeCommits: 100, wakeRounds: 3,
+		logicalURL: *pgLogical, logicalEntries: 100_000, closers: new([]func(context.Context) error),
 	}
 	if *quick {
 		p.rounds, p.bound, p.relayEntries, p.wmEntries, p.workRows = 1, 250*time.Millisecond, 50_000, 20_000, 10_000
+		p.wakeCommits, p.wakeRounds = 30, 1
 		p.logicalEntries = 20_000
 	}
 	if *rounds > 0 {
@@ -186,7 +197,7 @@ func measure(ctx context.Context, p plan, selected []string, pgURL, redisAddr st
 	fmt.Fprintf(log, "bench: schema %s; %s\n", env.Schema, machine)
 
 	cells := map[string]func(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Cell, error){
-		"relay": relayCells, "enqueue": enqueueCells, "workrows": workRowCells, "locks": lockCells, "logical": logicalCells,
+		"relay": relayCells, "enqueue": enqueueCells, "workrows": workRowCells, "locks": lockCells, "wakeup": wakeCells, "logical": logicalCells,
 	}
 	for _, g := range selected {
 		t0 := time.Now()
@@ -227,12 +238,18 @@ func settings(p plan, env *benchkit.Env, selected []string) []string {
 		case "enqueue":
 			s = append(s, fmt.Sprintf("enqueue: one producer transaction = BEGIN, INSERT a business row, the write, COMMIT; producers %v, pool of producers+2 connections; "+
 				"plain INSERT: the same values into a table of the outbox's columns without its xid and walk index; "+
-				"plain INSERT, outbox's indexes: into a table of the outbox's exact shape (xid column, primary key and (xid, id) index), without the dead-letter check", p.producers))
+				"plain INSERT, outbox's indexes: into a table of the outbox's exact shape (xid column, primary key and (xid, id) index), without the dead-letter check; "+
+				"the cells \"beside a leader\" run an outbox.Driver delivering what the producers commit, started before the measurement: listening (IdleDelay 5s) for Enqueue's signals, "+
+				"or polling every 5ms (PollOnly) for an Enqueue with SignalDisabled; \"NOTIFY every commit\" is the insert with a NOTIFY in every transaction, without the idle gate", p.producers))
 		case "workrows":
 			s = append(s, fmt.Sprintf("work rows: %d fresh rows per run, no-op handler; handlers %v; baton: one Worker, one Run, Concurrency = the handler count, BatchSize %v, "+
 				"IdleDelay 1ms; both systems on one pool of 10 connections; each burn-down's rate is taken from its first completion to the latest, "+
 				"at most %v after the first, leaving out start-up (River's first completion comes about 65ms after Start)", p.workRows, p.handlers, p.workBatches, p.workBound),
 				p.riverSettings.String())
+		case "wakeup":
+			s = append(s, fmt.Sprintf("wake-ups: producers commit one entry (or one work row with WorkRows.Signal) per transaction at %v per second, at least %d commits per run, %d alternations; "+
+				"one outbox.Driver (default IdleDelay %v, listening) or one Worker (default IdleDelay %v, listening, Concurrency 8, BatchSize 20); p50 and p99 are from the commit's return "+
+				"to the processor's call (outbox) or the handler's start (work rows); the rate is the commits' pace", p.wakeRates, p.wakeCommits, p.wakeRounds, outbox.DefaultIdleDelay, workrow.DefaultIdleDelay))
 		case "logical":
 			s = append(s, fmt.Sprintf("logical: on a server with wal_level = logical (%s), the outbox read from the log (publication, pgoutput slot) beside one walked, "+
 				"each in a schema of its own; relay: %d fresh entries per run, committed 100 per transaction before it, measured from the first delivery, batches %v; "+
@@ -282,7 +299,12 @@ func enqueueCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 	if err != nil {
 		return nil, err
 	}
-	if _, err := benchkit.NewOutbox(ctx, pool); err != nil {
+	ob, err := benchkit.NewOutbox(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	quiet, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{SignalDisabled: true})
+	if err != nil {
 		return nil, err
 	}
 	prod, err := benchkit.NewProducers(ctx, pool)
@@ -297,9 +319,13 @@ func enqueueCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 	for _, n := range p.producers {
 		baton, plain, peer := prod.Enqueue(n, p.bound), prod.PlainInsert(n, p.bound), watermillPublish(prod, topic, n, p.bound)
 		shaped := prod.PlainWithWalkIndex(n, p.bound)
+		listened := prod.EnqueueBeside("baton Enqueue beside a listening leader", ob.Store, true, n, p.bound, benchkit.SignalledEnqueue)
+		polled := prod.EnqueueBeside("Enqueue, SignalDisabled, beside a polling leader", quiet, false, n, p.bound, benchkit.QuietEnqueue(quiet))
+		naive := prod.EnqueueBeside("NOTIFY every commit beside a listening leader", ob.Store, true, n, p.bound, benchkit.NotifyEveryCommit)
+		unsignalled := prod.Loop("Enqueue, SignalDisabled", n, p.bound, benchkit.QuietEnqueue(quiet))
 		cells = append(cells, benchkit.Cell{
 			Group: "enqueue", Name: fmt.Sprintf("%d producers", n), Unit: "tx/s",
-			System: []benchkit.System{baton, plain, peer, shaped},
+			System: []benchkit.System{baton, plain, peer, shaped, unsignalled, listened, polled, naive},
 			Ratios: []benchkit.Ratio{
 				{Of: baton.Name, Over: plain.Name, Kind: benchkit.Cost, Goal: 1.10},
 				{Of: baton.Name, Over: peer.Name, Kind: benchkit.Cost},
@@ -307,6 +333,50 @@ func enqueueCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 				// shape, or the dead-letter check.
 				{Of: shaped.Name, Over: plain.Name, Kind: benchkit.Cost},
 				{Of: baton.Name, Over: shaped.Name, Kind: benchkit.Cost},
+				// What the signal's check costs a producer with nobody
+				// listening; what signalling costs while a leader
+				// listens, and what a NOTIFY in every commit would.
+				{Of: baton.Name, Over: unsignalled.Name, Kind: benchkit.Cost, Goal: 1.10},
+				{Of: listened.Name, Over: polled.Name, Kind: benchkit.Cost, Goal: 1.10},
+				{Of: naive.Name, Over: polled.Name, Kind: benchkit.Cost},
+			},
+		})
+	}
+	return cells, nil
+}
+
+func wakeCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Cell, error) {
+	pool, err := env.Pool(ctx, 40)
+	if err != nil {
+		return nil, err
+	}
+	ob, err := benchkit.NewOutbox(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	db := benchkit.Bun(pool)
+	bunStore, err := bunstore.NewOutboxStore(ctx, db, bunstore.OutboxStoreOptions{})
+	if err != nil {
+		return nil, err
+	}
+	wr, err := benchkit.NewWakeRows(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var cells []benchkit.Cell
+	for _, rate := range p.wakeRates {
+		d := max(p.bound, time.Duration(float64(p.wakeCommits)/rate*float64(time.Second)))
+		cells = append(cells, benchkit.Cell{
+			Group: "wake-up, outbox commit → delivery", Name: fmt.Sprintf("%v entries/s", rate), Unit: "entries/s", Rounds: p.wakeRounds,
+			System: []benchkit.System{
+				benchkit.OutboxLatency("pgx", pool, ob.Store, benchkit.PgxEnqueue(pool), rate, d),
+				benchkit.OutboxLatency("bun", pool, bunStore, benchkit.BunEnqueue(db), rate, d),
+			},
+		}, benchkit.Cell{
+			Group: "wake-up, work row insert → handler start", Name: fmt.Sprintf("%v rows/s", rate), Unit: "rows/s", Rounds: p.wakeRounds,
+			System: []benchkit.System{
+				benchkit.WorkLatency("pgx", wr, wr.Pgx, wr.PgxInsert, rate, d),
+				benchkit.WorkLatency("bun", wr, wr.Bun, wr.BunInsert, rate, d),
 			},
 		})
 	}

@@ -80,6 +80,9 @@ type OutboxFeatures struct {
 	// holds it back for a while, so the suite never expects visibility at
 	// once.
 	VisibilityWait time.Duration
+	// NoWake means the store does not implement outbox.Waker: its driver
+	// polls. The wake-up subtests are skipped.
+	NoWake bool
 }
 
 // Sizes of the outbox subtests.
@@ -125,7 +128,7 @@ func newOutboxSuite(factory func(t *testing.T) OutboxHarness, features OutboxFea
 // checks lists the suite's subtests, area by area.
 func (s *outboxSuite) checks() []check {
 	return concat(s.orderChecks(), s.scanChecks(), s.enqueueChecks(), s.settleChecks(), s.stateChecks(),
-		s.deadChecks(), s.retentionChecks(), s.inputChecks())
+		s.deadChecks(), s.retentionChecks(), s.inputChecks(), s.wakeChecks())
 }
 
 func (s *outboxSuite) harness(t *testing.T) OutboxHarness {

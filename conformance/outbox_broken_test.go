@@ -144,6 +144,12 @@ var outboxVariants = []outboxVariant{
 			}
 			return h
 		}},
+	{variant{"commit-never-signals", "O37", "ACommitWakesAnIdleListener"}, flawedWake(neverSignals)},
+	{variant{"rollback-signals", "O38", "ARollbackWakesNobody"}, flawedWake(rollbacksSignal)},
+	{variant{"signal-decided-at-the-first-write", "O39", "AnEntryEnqueuedBeforeIdleIsNeverMissed"}, flawedWake(decidedAtEnqueue)},
+	{variant{"idle-reports-no-newest-entry", "O40", "IdleReportsTheNewestEntryAfterTheCursor"}, flawedWake(newestIsZero)},
+	{variant{"listener-dead-after-a-timeout", "O41", "AWaitThatTimesOutLeavesTheListenerWorking"}, flawedWake(deadAfterTimeout)},
+	{variant{"one-channel-for-every-outbox", "O42", "AnotherOutboxDoesNotWakeIt"}, flawedWake(oneChannelForAll)},
 }
 
 func outboxBroken() brokenSuite {
@@ -157,6 +163,10 @@ func TestRunOutboxStore_FailsEveryBrokenStore(t *testing.T) { outboxBroken().run
 func TestBrokenOutboxStoreChild(t *testing.T) {
 	v := chosen(t, outboxBroken().env, outboxVariants)
 	conformance.RunOutboxStore(t, func(t *testing.T) conformance.OutboxHarness {
-		return v.harness(memory.NewOutboxStore(memory.OutboxStoreOptions{}))
+		memOutbox, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.harness(memOutbox)
 	}, outboxFeatures)
 }

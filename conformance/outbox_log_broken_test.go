@@ -16,7 +16,7 @@ import (
 // more per rule of outbox.LogStore and outbox.LogReader.
 
 func outboxLogHarness(st *memory.OutboxStore) conformance.OutboxLogHarness {
-	log := memory.NewOutboxLog(st)
+	log := st.Log()
 	return conformance.OutboxLogHarness{Log: log, Store: st, Producer: memoryProducer(st), Lose: func(*testing.T) { log.Lose() }}
 }
 
@@ -25,7 +25,11 @@ var outboxLogFeatures = conformance.OutboxLogFeatures{VisibilityWait: 2 * time.S
 func TestRunOutboxLog_PassesTheMemoryLog(t *testing.T) {
 	skipInChild(t)
 	conformance.RunOutboxLog(t, func(t *testing.T) conformance.OutboxLogHarness {
-		return outboxLogHarness(memory.NewOutboxStore(memory.OutboxStoreOptions{}))
+		st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outboxLogHarness(st)
 	}, outboxLogFeatures)
 }
 
@@ -318,6 +322,10 @@ func TestRunOutboxLog_FailsEveryBrokenStore(t *testing.T) { outboxLogBroken().ru
 func TestBrokenOutboxLogChild(t *testing.T) {
 	v := chosen(t, outboxLogBroken().env, outboxLogVariants)
 	conformance.RunOutboxLog(t, func(t *testing.T) conformance.OutboxLogHarness {
-		return v.harness(memory.NewOutboxStore(memory.OutboxStoreOptions{}))
+		st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.harness(st)
 	}, outboxLogFeatures)
 }

@@ -20,14 +20,15 @@ import (
 // These tests compare them, so none can drift.
 
 // ruleSources are the files whose documentation numbers each suite's
-// rules, and the rules' prefix.
+// rules (separated by spaces where there are several), and the rules'
+// prefix.
 var ruleSources = map[string]struct{ prefix, file string }{
 	"RunLockProvider":    {"K", "../core/lock/lock.go"},
 	"RunLeaseStore":      {"L", "../core/lease/store.go"},
-	"RunOutboxStore":     {"O", "../core/outbox/store.go"},
+	"RunOutboxStore":     {"O", "../core/outbox/store.go ../core/outbox/wake.go"},
 	"RunOutboxLog":       {"R", "../core/outbox/log.go"},
 	"RunProjectionStore": {"P", "../core/projection/store.go"},
-	"RunWorkRows":        {"W", "../core/workrow/store.go"},
+	"RunWorkRows":        {"W", "../core/workrow/store.go ../core/workrow/wake.go"},
 }
 
 const adaptersGuide = "../docs/adapters.md"
@@ -76,19 +77,21 @@ func guideTables(t *testing.T) map[string][]tableRow {
 
 // documentedRules reads the numbered rules of a file's documentation:
 // rule → its short name.
-func documentedRules(t *testing.T, file string) map[string]string {
+func documentedRules(t *testing.T, files string) map[string]string {
 	t.Helper()
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rules := map[string]string{}
-	for _, line := range strings.Split(string(src), "\n") {
-		if m := ruleItem.FindStringSubmatch(line); m != nil {
-			if _, twice := rules[m[1]]; twice {
-				t.Errorf("%s numbers rule %s twice", file, m[1])
+	for _, file := range strings.Fields(files) {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(src), "\n") {
+			if m := ruleItem.FindStringSubmatch(line); m != nil {
+				if _, twice := rules[m[1]]; twice {
+					t.Errorf("%s numbers rule %s twice", files, m[1])
+				}
+				rules[m[1]] = m[2]
 			}
-			rules[m[1]] = m[2]
 		}
 	}
 	return rules

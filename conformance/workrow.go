@@ -61,6 +61,11 @@ type WorkRowsHarness struct {
 	// ClaimIndexed returns the ids of the rows the claim index holds,
 	// read through the index. Required unless WorkRowsFeatures.NoClaimIndex.
 	ClaimIndexed func(ctx context.Context) ([]int64, error)
+	// Signalled begins a producer's transaction that inserts rows as
+	// Insert does and signals the table with the adapter's helper, and
+	// returns it open. Required when Store is a workrow.Waker, unless
+	// WorkRowsFeatures.NoWake.
+	Signalled func(ctx context.Context, rows []WorkRow) (WorkRowsTx, error)
 	// Unmigrated, if set, returns a harness whose Store works on a table
 	// that does not exist (Insert, Read and ClaimIndexed are not used).
 	// Every call of it must fail with an error wrapping SchemaMismatch.
@@ -78,6 +83,9 @@ type WorkRowsFeatures struct {
 	// index subtest then only checks that finished rows are never claimed
 	// again.
 	NoClaimIndex bool
+	// NoWake means the store does not implement workrow.Waker: workers
+	// poll. The wake-up subtests are skipped.
+	NoWake bool
 }
 
 // Parameters of the work-rows subtests.
@@ -116,7 +124,7 @@ func newWorkRowsSuite(factory func(t *testing.T) WorkRowsHarness, features WorkR
 
 // checks lists the suite's subtests, area by area.
 func (s *workRowsSuite) checks() []check {
-	return concat(s.claimChecks(), s.finalizeChecks(), s.workerChecks(), s.inputChecks())
+	return concat(s.claimChecks(), s.finalizeChecks(), s.workerChecks(), s.inputChecks(), s.wakeChecks())
 }
 
 // workRowsBundle is what every work-rows subtest starts from.

@@ -81,6 +81,16 @@ var workRowsVariants = []workRowsVariant{
 			}
 			return h
 		}},
+	{variant{"signal-never-sent", "W16", "ASignalledInsertWakesAnIdleListener"}, wrWake(neverSignals)},
+	{variant{"rolled-back-signal-sent", "W17", "ARolledBackSignalWakesNobody"}, wrWake(rollbacksSignal)},
+	{variant{"signal-decided-before-idle", "W18", "ASignalGivenBeforeIdleIsNeverMissed"}, wrWake(decidedAtEnqueue)},
+	{variant{"one-channel-for-every-table", "W19", "AnotherTablesSignalDoesNotWakeIt"}, wrWake(oneChannelForAll)},
+	{variant{"listener-dead-after-busy", "W20", "IdleAfterBusyWakesAgain"}, wrWake(busyKills)},
+}
+
+// wrWake is the reference harness whose listening has flaw.
+func wrWake(flaw wakeFlaw) func(t *testing.T) conformance.WorkRowsHarness {
+	return func(t *testing.T) conformance.WorkRowsHarness { return flawedRowWake(flaw)(newWorkRowStore(t)) }
 }
 
 func workRowsBroken() brokenSuite {

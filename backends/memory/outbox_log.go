@@ -80,15 +80,16 @@ func (l *commitLog) waiter() <-chan struct{} {
 // OutboxTx commits, and every requeue, enters the log at its commit, in
 // commit order, whatever xid it took; a transaction still open holds
 // nothing back. Its settled state lives in the OutboxStore's state, beside
-// the walk's. Create it with NewOutboxLog.
+// the walk's. Get it with OutboxStore.Log.
 type OutboxLog struct {
 	s *OutboxStore
 }
 
 var _ outbox.LogStore = (*OutboxLog)(nil)
 
-// NewOutboxLog returns the log of s.
-func NewOutboxLog(s *OutboxStore) *OutboxLog { return &OutboxLog{s: s} }
+// Log is the store's commit log, read as the outbox's logical source: a
+// view of s, not a store of its own.
+func (s *OutboxStore) Log() *OutboxLog { return &OutboxLog{s: s} }
 
 // Lose makes the log unreadable from now on, as PostgreSQL invalidates a
 // slot that held more WAL than max_slot_wal_keep_size: Open and Read fail

@@ -38,6 +38,9 @@ func workRowsHarness(t *testing.T) conformance.WorkRowsHarness {
 			return out, nil
 		},
 		ClaimIndexed: st.ClaimIndex,
+		Signalled: conformance.InsertOnCommit(func(ctx context.Context, rows []conformance.WorkRow) error {
+			return st.Insert(ctx, rows...)
+		}),
 	}
 }
 

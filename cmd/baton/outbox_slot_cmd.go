@@ -8,7 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/outbox"
 )
 
@@ -20,8 +21,8 @@ type slotFlags struct {
 
 func (f *slotFlags) register(cmd *cobra.Command) {
 	f.dbFlags.register(cmd)
-	cmd.Flags().StringVar(&f.slot, "slot", postgres.DefaultSlot, "the replication slot the outbox driver reads (OutboxLogOptions.Slot)")
-	cmd.Flags().StringVar(&f.publication, "publication", postgres.DefaultPublication, "the publication of the outbox table (OutboxLogOptions.Publication)")
+	cmd.Flags().StringVar(&f.slot, "slot", pgxstore.DefaultSlot, "the replication slot the outbox driver reads (OutboxLogOptions.Slot)")
+	cmd.Flags().StringVar(&f.publication, "publication", pgxstore.DefaultPublication, "the publication of the outbox table (OutboxLogOptions.Publication)")
 }
 
 func newOutboxSlotCommand() *cobra.Command {
@@ -76,15 +77,15 @@ type slotReport struct {
 }
 
 // openLog opens the database and the log store the flags name.
-func openLog(ctx context.Context, f *slotFlags) (*database, *postgres.OutboxLogStore, error) {
+func openLog(ctx context.Context, f *slotFlags) (*database, *pgxstore.OutboxLogStore, error) {
 	db, _, err := openOutbox(ctx, &f.dbFlags)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := postgres.NewOutboxLogStore(db.pool, postgres.OutboxLogOptions{Schema: db.schema, Slot: f.slot, Publication: f.publication})
+	st, err := pgxstore.NewOutboxLogStore(db.pool, pgxstore.OutboxLogOptions{Schema: db.schema, Slot: f.slot, Publication: f.publication})
 	if err != nil {
 		db.Close()
-		return nil, nil, usagef("%v", err)
+		return nil, nil, cli.Usagef("%v", err)
 	}
 	return db, st, nil
 }
@@ -189,7 +190,7 @@ mark are delivered again.`,
 			if _, ok, err := st.SlotStatus(cmd.Context()); err != nil {
 				return fmt.Errorf("read the slot: %w", err)
 			} else if !ok {
-				return usagef("there is no replication slot %q", f.slot)
+				return cli.Usagef("there is no replication slot %q", f.slot)
 			}
 			if err := st.DropSlot(cmd.Context(), force); err != nil {
 				return err

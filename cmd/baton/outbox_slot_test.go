@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
 	locksmemory "github.com/baton-go/baton/locks/memory"
@@ -18,11 +18,11 @@ import (
 func TestOutboxSlotCommands(t *testing.T) {
 	env := testenv.LogicalPostgres(t)
 	ctx := testContext(t)
-	if err := postgres.Migrate(ctx, env.Pool, postgres.MigrateOptions{}); err != nil {
+	if err := pgxstore.Migrate(ctx, env.Pool, pgxstore.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	slot := "baton_cli_" + strings.TrimPrefix(env.Schema, "baton_test_")
-	store, err := postgres.NewOutboxLogStore(env.Pool, postgres.OutboxLogOptions{Slot: slot, Publication: slot})
+	store, err := pgxstore.NewOutboxLogStore(env.Pool, pgxstore.OutboxLogOptions{Slot: slot, Publication: slot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,11 +40,11 @@ func TestOutboxSlotCommands(t *testing.T) {
 	runCLI(t, cmd("outbox", "slot", "drop")...).wantCode(t, exitUsage)
 
 	// A driver reads the slot.
-	locks, err := locksmemory.New(locksmemory.Options{})
+	locks, err := locksmemory.NewProvider(locksmemory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: store, Log: store, Locks: locks, IdleDelay: 50 * time.Millisecond, RetentionDisabled: true,
 		Notify: func(context.Context, outbox.Notice) error { return nil },
 		Processors: []outbox.Processor{outbox.ProcessorFunc{LaneName: "a", Func: func(_ context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
@@ -63,7 +63,7 @@ func TestOutboxSlotCommands(t *testing.T) {
 	go func() { defer close(done); _ = d.Run(dctx) }()
 	defer func() { stop(); <-done }()
 	if err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
-		return postgres.Enqueue(ctx, tx, outbox.NewID(), "a", []byte(`{}`))
+		return pgxstore.Enqueue(ctx, tx, outbox.NewID(), "a", []byte(`{}`))
 	}); err != nil {
 		t.Fatal(err)
 	}

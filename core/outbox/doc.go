@@ -69,6 +69,17 @@
 //
 // No processors registered: no scan at all, and a warning every pass.
 //
+// # Wake-ups
+//
+// Over a Store that is also a Waker, and without PollOnly, the pause after
+// an empty or partial pass ends at the first signal: the leader listens
+// (one session, while it leads), producers signal the commits of their
+// entries while it waits, and it walks at once. A signalled entry the walk
+// cannot read yet, because the horizon has not passed it, is scanned for
+// again within milliseconds, more slowly the longer the horizon stays
+// pinned. A failed session falls back to polling every IdleDelay and is
+// opened again with a backoff. See Waker for the rules.
+//
 // # Notices and health
 //
 // State is a set of keys (last_scanned_xid, last_scan_at, first_stuck_at,

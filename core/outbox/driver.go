@@ -17,8 +17,9 @@ type Driver struct {
 	procs map[string]Processor
 }
 
-// New validates cfg and returns a Driver that has not started.
-func New(cfg Config) (*Driver, error) {
+// NewDriver validates cfg and returns a Driver that has not started.
+func NewDriver(cfg Config) (*Driver, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -81,6 +82,8 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 
 	w := &walker{d: d, lk: lk, f: d.newFeed(lk)}
 	defer w.f.close(ctx)
+	k := d.newWake() // the leader alone listens, for as long as it leads
+	defer k.close()
 	for ctx.Err() == nil {
 		if !w.loaded {
 			if err := w.load(ctx); err != nil {
@@ -112,7 +115,7 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 		if deposed {
 			return
 		}
-		if !sleep(ctx, nil, delay) {
+		if !k.rest(ctx, w, delay) {
 			return
 		}
 	}
@@ -149,6 +152,9 @@ type walker struct {
 	// stored stamps were folded into it.
 	h      health
 	merged bool
+	// idle says the last pass caught up: it settled without a stop and
+	// read less than a full batch, so its pause may end at a signal.
+	idle bool
 }
 
 // newFeed is the term's feed: the log when Config.Log is set, otherwise
@@ -157,7 +163,7 @@ func (d *Driver) newFeed(lk lock.Lock) feed {
 	if d.cfg.Log != nil {
 		return &logFeed{ls: d.cfg.Log, s: d.cfg.Store, token: lk.Token(), wait: d.cfg.IdleDelay, logger: d.cfg.Logger}
 	}
-	return &walkFeed{s: d.cfg.Store, back: true}
+	return &walkFeed{s: d.cfg.Store, back: true, counterEvery: d.cfg.IdleDelay}
 }
 
 func (w *walker) load(ctx context.Context) error {
@@ -188,6 +194,7 @@ type stopInfo struct {
 func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 	d := w.d
 	cfg := &d.cfg
+	w.idle = false
 	if len(d.procs) == 0 {
 		cfg.Logger.Warn("outbox: no processors registered; not scanning (entries would be parked as unknown lanes)")
 		return cfg.IdleDelay, false
@@ -326,6 +333,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 	case len(entries) == cfg.BatchSize, !ScanHasRoom(ScanBytes(entries)):
 		return 0, false // a full batch, by count or by bytes: more may be waiting, straight on
 	default:
+		w.idle = true
 		return w.f.idleDelay(cfg.IdleDelay), false
 	}
 }

@@ -57,6 +57,10 @@ type walkFeed struct {
 	// transaction counter: after loading it, and whenever the walk has
 	// caught up (a restore in between would leave it ahead for good).
 	checkCounter bool
+	// counterEvery bounds how often a caught-up walk compares: a walk
+	// woken at every commit catches up at every pass (0: every time).
+	counterEvery time.Duration
+	counterAt    time.Time
 	batch        []Entry
 	limit        int
 }
@@ -88,7 +92,7 @@ func (w *walkFeed) scan(ctx context.Context, limit int) ([]Entry, error) {
 			return nil, refused(fmt.Errorf("%w: the cursor is at xid %d and the next xid of this database is %d; it was restored logically (pg_dump/pg_restore) from another cluster, and entries written since would never be delivered; repair it with `baton outbox rebase` (see docs/outbox.md, Logical restore)",
 				ErrCursorAhead, w.cur.XID, next))
 		}
-		w.checkCounter = false
+		w.checkCounter, w.counterAt = false, time.Now()
 	}
 	entries, err := w.s.Scan(ctx, w.cur, limit)
 	if err != nil {
@@ -111,7 +115,7 @@ func (w *walkFeed) settle(ctx context.Context, n int, all bool, park []Parked, s
 	}
 	w.cur = to
 	if all {
-		w.checkCounter = len(w.batch) < w.limit
+		w.checkCounter = len(w.batch) < w.limit && time.Since(w.counterAt) >= w.counterEvery
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func TestLogDriver_DeliversInCommitOrderWhereTheWalkFollowsXIDs(t *testing.T) {
 			rec := &recorder{lane: "a"}
 			cfg := r.config(rec)
 			if logical {
-				cfg = r.logConfig(memory.NewOutboxLog(r.store), rec)
+				cfg = r.logConfig(r.store.Log(), rec)
 			}
 			stop := r.run(cfg)
 			synctest.Wait() // the log has taken over: it delivers what commits from now on
@@ -92,7 +92,7 @@ func TestLogDriver_AnOpenTransactionHoldsNothingBack(t *testing.T) {
 			rec := &recorder{lane: "a"}
 			cfg := r.config(rec)
 			if logical {
-				cfg = r.logConfig(memory.NewOutboxLog(r.store), rec)
+				cfg = r.logConfig(r.store.Log(), rec)
 			}
 			r.run(cfg)
 			for range 5 {
@@ -128,7 +128,7 @@ func TestLogDriver_TakesOverFromTheWalkLosingAndRepeatingNothing(t *testing.T) {
 		// a newer one committed: the walk has delivered neither.
 		older, olderID := r.begin("a")
 		newer := r.commit("a")
-		log := memory.NewOutboxLog(r.store)
+		log := r.store.Log()
 		r.run(r.logConfig(log, rec))
 		synctest.Wait()
 		if st := r.state(); st[outbox.KeySource] != outbox.SourceLogical {
@@ -155,7 +155,7 @@ func TestLogDriver_GoingBackToTheWalkLosesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
 		rec := &recorder{lane: "a"}
-		log := memory.NewOutboxLog(r.store)
+		log := r.store.Log()
 		stop := r.run(r.logConfig(log, rec))
 		var committed []outbox.ID
 		for range 10 {
@@ -215,7 +215,7 @@ func TestLogDriver_ResumesInsideATransactionAfterARetry(t *testing.T) {
 			}
 			return out, nil
 		})
-		log := memory.NewOutboxLog(r.store)
+		log := r.store.Log()
 		stop := r.run(r.logConfig(log, rec))
 		synctest.Wait()
 		ids5 := r.commit("a", "a", "a", "a", "a")
@@ -288,7 +288,7 @@ func (r watchedReader) Confirm(ctx context.Context, p outbox.LogPosition) error 
 func TestLogDriver_ConfirmsOnlyWhatItSettled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
-		w := &confirmWatch{OutboxLog: memory.NewOutboxLog(r.store), store: r.store}
+		w := &confirmWatch{OutboxLog: r.store.Log(), store: r.store}
 		rec := &recorder{lane: "a"}
 		r.run(r.logConfig(w, rec))
 		synctest.Wait()
@@ -325,7 +325,7 @@ func TestLogDriver_ConfirmsOnlyWhatItSettled(t *testing.T) {
 func TestLogDriver_StopsWithANoticeAtOnceWhenTheLogIsLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
-		log := memory.NewOutboxLog(r.store)
+		log := r.store.Log()
 		rec := &recorder{lane: "a"}
 		r.run(r.logConfig(log, rec))
 		r.commit("a")
@@ -350,7 +350,7 @@ func TestLogDriver_StopsWithANoticeAtOnceWhenTheLogIsLost(t *testing.T) {
 func TestLogDriver_StepsDownWhenALaterTermOpensTheLog(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
-		log := memory.NewOutboxLog(r.store)
+		log := r.store.Log()
 		rec := &recorder{lane: "a"}
 		var (
 			logs  bytes.Buffer
@@ -382,7 +382,7 @@ func TestLogRetention_DeletesOnlyRowsBelowAPassedMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
 		watch := &retentionWatch{OutboxStore: r.store}
-		log := memory.NewOutboxLog(r.store)
+		log := r.store.Log()
 		rec := &recorder{lane: "a"}
 		cfg := r.logConfig(log, rec)
 		cfg.Store = watch

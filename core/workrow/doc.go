@@ -6,7 +6,7 @@
 // lock expiry (lock_id and locked_until by default); everything else, the
 // completion marker, the attempt counter, the last error, stays the
 // application's own. The Store interface is the adapter side; the
-// PostgreSQL adapters live in backends/postgres and backends/bunorm, and
+// PostgreSQL adapters live in backends/pgxstore and backends/bunstore, and
 // the in-memory reference, memory.WorkRowStore, in backends/memory.
 //
 // # Claim, work, finalize
@@ -66,4 +66,9 @@
 // failure; a row lost to another worker is logged, never overwritten.
 // Config.Concurrency runs that many handlers at once from one claim loop;
 // rows then start in queue order but may finish out of order.
+//
+// A claim that found nothing waits IdleDelay, or, over a Store that is also
+// a Waker (and without PollOnly), until a producer's signalled insert
+// commits: the producer calls the adapter's helper in its transaction, and
+// the idle Run claims at once. See Waker for the rules.
 package workrow

@@ -39,6 +39,7 @@ type Worker[K comparable, R any] struct {
 // NewWorker validates cfg and returns a Worker. Nothing runs until Run or
 // RunBatch.
 func NewWorker[K comparable, R any](cfg Config[K, R]) (*Worker[K, R], error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -47,15 +48,20 @@ func NewWorker[K comparable, R any](cfg Config[K, R]) (*Worker[K, R], error) {
 
 // Run claims and works batches until ctx ends, then finalizes the outcomes
 // it has, releases the rows in hand it did not start, and returns nil once
-// every batch is handed back. A claim that found nothing waits IdleDelay; a
-// store error is logged and waits ErrorDelay. Run may be called from several
+// every batch is handed back. A claim that found nothing waits IdleDelay,
+// or, over a Store that can wake it (Waker) and without PollOnly, until a
+// signalled insert commits; a store error is logged and waits ErrorDelay.
+// A listening Run holds a session of its own (a database connection). Run may be called from several
 // goroutines at once: each call is one claim loop with its own Concurrency
 // handlers, and the caller owns its goroutine.
 func (w *Worker[K, R]) Run(ctx context.Context) error {
 	r := w.start(ctx)
 	defer r.stop()
+	k := w.newWake()
+	defer k.close()
 	for ctx.Err() == nil {
 		var pause time.Duration
+		idle := false
 		select {
 		case err := <-r.failed:
 			w.cfg.Logger.WarnContext(ctx, "baton: work row batch failed", "err", err, "retry_in", w.cfg.ErrorDelay)
@@ -75,8 +81,16 @@ func (w *Worker[K, R]) Run(ctx context.Context) error {
 				w.cfg.Logger.WarnContext(ctx, "baton: work row batch failed", "err", err, "retry_in", w.cfg.ErrorDelay)
 				pause = w.cfg.ErrorDelay
 			case b == nil:
-				pause = w.cfg.IdleDelay
+				pause, idle = w.cfg.IdleDelay, true
+			default:
+				k.claimed(ctx)
 			}
+		}
+		if idle {
+			if !k.rest(ctx, pause) { // a signal, or IdleDelay
+				return nil
+			}
+			continue
 		}
 		if pause > 0 {
 			t := time.NewTimer(pause)

@@ -397,6 +397,7 @@ func TestWorker_IdlesBetweenEmptyClaimsAndPausesAfterErrors(t *testing.T) {
 		cfg := jobConfig(store, complete)
 		cfg.IdleDelay = time.Second
 		cfg.ErrorDelay = 10 * time.Second
+		cfg.PollOnly = true // the pauses of polling; wake_test.go has the listening
 		stop := runWorker(t, newWorker(t, cfg))
 		time.Sleep(10*time.Second + time.Millisecond)
 		if claims, _ := store.counts(); claims != 11 {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/outbox"
 )
 
@@ -19,8 +19,8 @@ import (
 // that the two never share a cursor.
 type Logical struct {
 	walkPool, logPool *pgxpool.Pool
-	walk              *postgres.OutboxStore
-	log               *postgres.OutboxLogStore
+	walk              *pgxstore.OutboxStore
+	log               *pgxstore.OutboxLogStore
 }
 
 // LogicalSlot names the bench's slot and publication.
@@ -31,15 +31,15 @@ const LogicalSlot = "baton_bench_outbox"
 // precedes the switch).
 func NewLogical(ctx context.Context, walkPool, logPool *pgxpool.Pool) (*Logical, error) {
 	for _, p := range []*pgxpool.Pool{walkPool, logPool} {
-		if err := postgres.Migrate(ctx, p, postgres.MigrateOptions{}); err != nil {
+		if err := pgxstore.Migrate(ctx, p, pgxstore.MigrateOptions{}); err != nil {
 			return nil, err
 		}
 	}
-	walk, err := postgres.NewOutboxStore(walkPool, postgres.OutboxStoreOptions{})
+	walk, err := pgxstore.NewOutboxStore(walkPool, pgxstore.OutboxStoreOptions{})
 	if err != nil {
 		return nil, err
 	}
-	log, err := postgres.NewOutboxLogStore(logPool, postgres.OutboxLogOptions{Slot: LogicalSlot, Publication: LogicalSlot})
+	log, err := pgxstore.NewOutboxLogStore(logPool, pgxstore.OutboxLogOptions{Slot: LogicalSlot, Publication: LogicalSlot})
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func (l *Logical) background(ctx context.Context, logical bool, idle time.Durati
 func (l *Logical) drain(ctx context.Context, logical bool) error {
 	pool, _ := l.source(logical)
 	marker := outbox.NewID()
-	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return postgres.Enqueue(ctx, tx, marker, Lanes[0], Payload) }); err != nil {
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return pgxstore.Enqueue(ctx, tx, marker, Lanes[0], Payload) }); err != nil {
 		return err
 	}
 	seen := make(chan struct{})
@@ -172,7 +172,7 @@ func (l *Logical) drain(ctx context.Context, logical bool) error {
 	}
 }
 
-// Enqueue is baton's producer (the business row and postgres.Enqueue in
+// Enqueue is baton's producer (the business row and pgxstore.Enqueue in
 // one transaction) from producers goroutines for d, while a driver
 // delivers the side's outbox: the log's with its slot read, or the walk's.
 func (l *Logical) Enqueue(logical bool, producers int, d time.Duration) System {
@@ -226,7 +226,7 @@ func (l *Logical) Latency(logical bool, every, d time.Duration) System {
 		}()
 		// A first entry, not timed, until it is delivered: the driver has
 		// started and its reader streams.
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return postgres.Enqueue(ctx, tx, warm, Lanes[0], Payload) }); err != nil {
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return pgxstore.Enqueue(ctx, tx, warm, Lanes[0], Payload) }); err != nil {
 			return Sample{}, err
 		}
 		for deadline := time.Now().Add(time.Minute); ; {
@@ -255,7 +255,7 @@ func (l *Logical) Latency(logical bool, every, d time.Duration) System {
 			if err != nil {
 				return Sample{}, err
 			}
-			if err := postgres.Enqueue(ctx, tx, id, Lanes[0], Payload); err != nil {
+			if err := pgxstore.Enqueue(ctx, tx, id, Lanes[0], Payload); err != nil {
 				_ = tx.Rollback(ctx)
 				return Sample{}, err
 			}

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/outbox"
 	lockmem "github.com/baton-go/baton/locks/memory"
 )
@@ -23,16 +23,16 @@ var Lanes = []string{"bench.0", "bench.1", "bench.2"}
 // Outbox is baton's outbox in the run's schema, loaded for the relay cells.
 type Outbox struct {
 	Pool  *pgxpool.Pool
-	Store *postgres.OutboxStore
+	Store *pgxstore.OutboxStore
 }
 
 // NewOutbox migrates baton's tables into pool's schema and returns the
 // store over them.
 func NewOutbox(ctx context.Context, pool *pgxpool.Pool) (*Outbox, error) {
-	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{}); err != nil {
+	if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{}); err != nil {
 		return nil, err
 	}
-	st, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{})
+	st, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +94,7 @@ func (o *Outbox) DriverWalk(batch, n int, d time.Duration) System {
 // the first delivery (Counter.AwaitSteady) instead of from the start;
 // delivered, if set, sees every run first.
 func runDriver(ctx context.Context, cfg outbox.Config, n int, d time.Duration, steady bool, delivered func([]outbox.Entry)) (Sample, error) {
-	locks, err := lockmem.New(lockmem.Options{})
+	locks, err := lockmem.NewProvider(lockmem.Options{})
 	if err != nil {
 		return Sample{}, err
 	}
@@ -114,7 +114,7 @@ func runDriver(ctx context.Context, cfg outbox.Config, n int, d time.Duration, s
 	}
 	cfg.Locks, cfg.RetentionDisabled = locks, true
 	cfg.Notify = func(context.Context, outbox.Notice) error { return nil }
-	drv, err := outbox.New(cfg)
+	drv, err := outbox.NewDriver(cfg)
 	if err != nil {
 		return Sample{}, err
 	}
@@ -206,13 +206,13 @@ func (p *Producers) Tx(ctx context.Context, write func(ctx context.Context, tx p
 	return tx.Commit(ctx)
 }
 
-// Enqueue is baton's producer: the business row and postgres.Enqueue in
+// Enqueue is baton's producer: the business row and pgxstore.Enqueue in
 // one transaction, from producers goroutines for d.
 func (p *Producers) Enqueue(producers int, d time.Duration) System {
 	return System{Name: "baton Enqueue", Run: func(ctx context.Context) (Sample, error) {
 		return Loop(ctx, producers, d, func(ctx context.Context) error {
 			return p.Tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				return postgres.Enqueue(ctx, tx, outbox.NewID(), Lanes[0], Payload)
+				return pgxstore.Enqueue(ctx, tx, outbox.NewID(), Lanes[0], Payload)
 			})
 		})
 	}}

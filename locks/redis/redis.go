@@ -14,8 +14,12 @@
 // extends and release deletes the lock key only while it still holds this
 // acquisition's value. A token is never below the server's clock in
 // microseconds, so tokens keep rising when the server loses the counter: a
-// restart without persistence, or a failover to a replica that lagged. A
-// server that forgot the scripts (restarted, SCRIPT FLUSH) is sent their
+// restart without persistence, or a failover to a replica that lagged. Such
+// a restart also forgets the lock key while its holder still trusts it, so
+// an acquisition within TTL of a server's start that finds the fence
+// counter gone waits, holding the key, until the server has been up for
+// TTL (see Provider.Acquire). A server that forgot the scripts (restarted,
+// SCRIPT FLUSH) is sent their
 // source again. Both keys share a hash tag, so the provider works on Redis
 // Cluster; a lock name beginning with '}', which would empty that tag, is
 // refused.
@@ -32,6 +36,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/lock"
 )
 
@@ -60,7 +65,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o Options) withDefaults() Options {
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
 	}
@@ -73,22 +80,27 @@ func (o *Options) validate() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o Options) validate() error {
 	switch {
 	case strings.ContainsAny(o.Prefix, "{}"):
-		return fmt.Errorf("%w: redis.Options.Prefix %q contains a brace; braces are reserved for hash tags", lock.ErrInvalidOptions, o.Prefix)
+		return config.Invalid(lock.ErrInvalidOptions, "redis.Options.Prefix", "%q contains a brace; braces are reserved for hash tags", o.Prefix)
 	case o.TTL < 3*time.Millisecond:
-		return fmt.Errorf("%w: redis.Options.TTL is %v; it must be at least 3ms (Redis expiries are in milliseconds)", lock.ErrInvalidOptions, o.TTL)
+		return config.Invalid(lock.ErrInvalidOptions, "redis.Options.TTL", "is %v; it must be at least 3ms (Redis expiries are in milliseconds)", o.TTL)
 	case o.SafetyMargin < 0 || o.SafetyMargin >= o.TTL-o.TTL/3:
-		return fmt.Errorf("%w: redis.Options.SafetyMargin is %v; it must be at least 0 and below two thirds of TTL (%v)",
-			lock.ErrInvalidOptions, o.SafetyMargin, o.TTL)
+		return config.Invalid(lock.ErrInvalidOptions, "redis.Options.SafetyMargin", "is %v; it must be at least 0 and below two thirds of TTL (%v)",
+			o.SafetyMargin, o.TTL)
 	}
 	return o.Backoff.Validate()
 }
 
 // acquireScript takes the lock key for this acquisition's value, if
 // absent, and then issues the next fencing token, in one atomic step. It
-// answers the token, or 0 when the lock is held. KEYS: lock, fence. ARGV:
-// value, TTL in milliseconds.
+// answers {token, uptime}, or {0, -1} when the lock is held. KEYS: lock,
+// fence. ARGV: value, TTL in milliseconds.
 //
 // The token is the counter plus one, raised to the server's clock in
 // microseconds when that is larger, and becomes the counter: a server that
@@ -97,17 +109,29 @@ func (o *Options) validate() error {
 // issued before, as long as its clock did not go back. Lua's numbers are
 // doubles, exact below 2^53, which the clock in microseconds reaches in the
 // year 2255; %d writes the counter back as an integer.
+//
+// uptime is the server's uptime in whole seconds when the counter was
+// missing, and -1 when it was there: a missing counter is a lock never
+// taken on this server, or one whose server forgot it, and only then may a
+// holder from before a restart still trust a lock this server no longer
+// knows (see Acquire).
+//
 // redis.replicate_commands, first, lets Redis before 5 write after reading
 // TIME; later versions always replicate a script's effects.
 var acquireScript = goredis.NewScript(`
 redis.replicate_commands()
 if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
-	return 0
+	return {0, -1}
 end
+local counter = redis.call("get", KEYS[2])
 local t = redis.call("time")
-local n = math.max(tonumber(redis.call("get", KEYS[2]) or "0") + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+local n = math.max(tonumber(counter or "0") + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
 redis.call("set", KEYS[2], string.format("%d", n))
-return n`)
+local uptime = -1
+if not counter then
+	uptime = tonumber(string.match(redis.call("info", "server"), "uptime_in_seconds:(%d+)"))
+end
+return {n, uptime}`)
 
 // refreshScript extends the lock key's TTL while it holds this
 // acquisition's value, answering 1, and 0 otherwise.
@@ -126,7 +150,7 @@ if redis.call("get", KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-// Provider hands out Redis locks. Create it with New.
+// Provider hands out Redis locks. Create it with NewProvider.
 type Provider struct {
 	client goredis.UniversalClient
 	opts   Options
@@ -134,12 +158,13 @@ type Provider struct {
 
 var _ lock.Provider = (*Provider)(nil)
 
-// New returns a Provider over client (a *redis.Client, *redis.ClusterClient
+// NewProvider returns a Provider over client (a *redis.Client, *redis.ClusterClient
 // or any other go-redis client), or an error naming the first invalid option.
-func New(client goredis.UniversalClient, opts Options) (*Provider, error) {
+func NewProvider(client goredis.UniversalClient, opts Options) (*Provider, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: redis.New: the client is nil", lock.ErrInvalidOptions)
+		return nil, config.Invalid(lock.ErrInvalidOptions, "redis.NewProvider: client", "is nil")
 	}
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -168,6 +193,12 @@ func checkName(name string) error {
 
 // Acquire implements lock.Provider. Besides core's name rule it refuses a
 // name beginning with '}' (see docs/locks.md), with lock.ErrInvalidName.
+//
+// Within TTL of the server's start, an acquisition that finds the name's
+// fence counter missing returns only once the server has been up for TTL,
+// keeping the key meanwhile: a holder from before a restart without
+// persistence may trust its lock until then. That wait is not part of
+// opts.Wait; a cancelled ctx ends it and deletes the key.
 func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
 	if err := lock.CheckAcquire(name, opts); err != nil {
 		return nil, err
@@ -179,26 +210,33 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 	keys := []string{l.key, p.FenceKey(name)}
 	ttl := p.opts.TTL.Milliseconds()
 	var started time.Time
+	var uptime int64
 	err := lock.WaitFor(ctx, opts.Wait, p.opts.Backoff, func(ctx context.Context) (bool, <-chan struct{}, error) {
 		started = time.Now()
 		value, err := randomValue()
 		if err != nil {
 			return false, nil, err
 		}
-		token, err := acquireScript.Run(ctx, p.client, keys, value, ttl).Uint64()
+		answer, err := acquireScript.Run(ctx, p.client, keys, value, ttl).Int64Slice()
 		if err != nil {
 			return false, nil, err
 		}
-		if token == 0 {
+		if answer[0] == 0 {
 			return false, nil, nil
 		}
-		l.value, l.token = value, token
+		// A server whose INFO has no uptime line answers {token}: its
+		// uptime is unknown, and taken as zero.
+		uptime = 0
+		if len(answer) > 1 {
+			uptime = answer[1]
+		}
+		l.value, l.token = value, uint64(answer[0])
 		return true, nil, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	l.ka, err = lock.StartKeepalive(lock.KeepaliveConfig{
+	l.ka, err = lock.NewKeepalive(lock.KeepaliveConfig{
 		TTL:          p.opts.TTL,
 		SafetyMargin: p.opts.SafetyMargin,
 		Refresh: func(ctx context.Context) error {
@@ -218,7 +256,45 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 		_, _ = l.del(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	if err := l.waitOutRestart(ctx, p.opts.TTL, uptime); err != nil {
+		return nil, err
+	}
 	return l, nil
+}
+
+// waitOutRestart returns once no holder from before the server's last
+// start can still trust the lock. A server without persistence forgets the
+// lock key when it restarts, and the holder from before goes on trusting
+// its lock until a refresh finds the key gone, or, while its refreshes
+// fail, until its trust ends: at most TTL after its last successful
+// refresh began, which was before the restart. So an acquisition that
+// found the fence counter missing (uptime >= 0) within TTL of the server's
+// start keeps the key, refreshed, until the server has been up for TTL.
+// Everywhere else (uptime -1, or a server up longer than TTL) it returns
+// at once.
+func (l *Lock) waitOutRestart(ctx context.Context, ttl time.Duration, uptime int64) error {
+	if uptime < 0 {
+		return nil
+	}
+	// uptime is whole seconds, rounded down: the server has been up at
+	// least that long.
+	left := ttl - time.Duration(uptime)*time.Second
+	if left <= 0 {
+		return nil
+	}
+	wait := time.NewTimer(left)
+	defer wait.Stop()
+	select {
+	case <-wait.C:
+		return nil
+	case <-l.ka.Lost():
+		l.ka.Stop()
+		return fmt.Errorf("acquire %q: %w: the lock was lost while waiting out the trust of holders from before the server's start", l.name, lock.ErrNotAcquired)
+	case <-ctx.Done():
+		l.ka.Stop()
+		_, _ = l.del(context.WithoutCancel(ctx))
+		return ctx.Err()
+	}
 }
 
 // randomValue is the unique value an acquisition stores in the lock key.

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func newProvider(t testing.TB, env *testenv.RedisEnv, opts batonredis.Options) *batonredis.Provider {
 	t.Helper()
 	opts.Prefix = env.Prefix
-	p, err := batonredis.New(env.Client, opts)
+	p, err := batonredis.NewProvider(env.Client, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 		other := goredis.NewClient(&goredis.Options{Addr: env.Addr})
 		t.Cleanup(func() { other.Close() })
 		opts.Prefix = env.Prefix
-		second, err := batonredis.New(other, opts)
+		second, err := batonredis.NewProvider(other, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,12 +62,12 @@ func TestNew_RejectsInvalidOptions(t *testing.T) {
 		"negative margin":  {SafetyMargin: -time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := batonredis.New(client, opts); !errors.Is(err, lock.ErrInvalidOptions) {
+			if _, err := batonredis.NewProvider(client, opts); !errors.Is(err, lock.ErrInvalidOptions) {
 				t.Fatalf("err = %v, want ErrInvalidOptions", err)
 			}
 		})
 	}
-	if _, err := batonredis.New(nil, batonredis.Options{}); !errors.Is(err, lock.ErrInvalidOptions) {
+	if _, err := batonredis.NewProvider(nil, batonredis.Options{}); !errors.Is(err, lock.ErrInvalidOptions) {
 		t.Fatalf("nil client: err = %v", err)
 	}
 }
@@ -92,7 +92,7 @@ func TestAcquire_FailsClosedWhenRedisIsUnreachable(t *testing.T) {
 	env := testenv.Redis(t)
 	// A client of its own, so closing it cuts only this holder off.
 	client := goredis.NewClient(&goredis.Options{Addr: env.Addr, MaxRetries: -1})
-	p, err := batonredis.New(client, batonredis.Options{Prefix: env.Prefix, TTL: 900 * time.Millisecond, SafetyMargin: 100 * time.Millisecond})
+	p, err := batonredis.NewProvider(client, batonredis.Options{Prefix: env.Prefix, TTL: 900 * time.Millisecond, SafetyMargin: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestAcquire_TokensKeepRisingAcrossARestartWithoutPersistence(t *testing.T) 
 	srv := testenv.StartRedisServer(t)
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
-	p, err := batonredis.New(client, batonredis.Options{})
+	p, err := batonredis.NewProvider(client, batonredis.Options{TTL: time.Second, SafetyMargin: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,5 +217,131 @@ func TestAcquire_ACounterAboveTheClockCountsOnByOne(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A Redis without persistence forgets the lock key when it restarts. The
+// holder from before the restart goes on trusting its lock until a refresh
+// finds the key gone, or until its trust runs out when its refreshes fail:
+// an Acquire after the restart must not return while that holder may still
+// trust its lock, or two holders act at once.
+func TestAcquire_AfterARestartNotGrantedWhileAHolderFromBeforeStillTrusts(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	opts := batonredis.Options{TTL: 3 * time.Second, SafetyMargin: 300 * time.Millisecond}
+	newNode := func() *batonredis.Provider {
+		client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { client.Close() })
+		p, err := batonredis.NewProvider(client, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ctx := context.Background()
+	first, second := newNode(), newNode()
+	// A counter already there stands for a lock taken long ago: the first
+	// holder is granted at once, its first refresh TTL/3 away.
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { client.Close() })
+	if err := client.Set(ctx, first.FenceKey("failover"), 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	old, err := first.Acquire(ctx, "failover", lock.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Release(context.Background()) })
+	srv.Restart()
+	if !old.Trusted() {
+		t.Fatal("the old holder stopped trusting its lock during the restart; the test proves nothing")
+	}
+	taken, err := second.Acquire(ctx, "failover", lock.AcquireOptions{Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Release(ctx)
+	if old.Trusted() {
+		t.Fatal("the lock was granted after the restart while the holder from before it still trusted its lock")
+	}
+	if taken.Token() <= old.Token() {
+		t.Fatalf("token %d after the restart, not above %d", taken.Token(), old.Token())
+	}
+}
+
+// While an acquisition waits out the trust of holders from before a
+// restart, it holds the key: nobody else is granted the lock meanwhile, and
+// a cancelled wait gives the key back.
+func TestAcquire_WaitingOutARestartHoldsTheKeyAndACancelGivesItBack(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { client.Close() })
+	p, err := batonredis.NewProvider(client, batonredis.Options{TTL: 3 * time.Second, SafetyMargin: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Acquire(ctx, "quarantine", lock.AcquireOptions{})
+		done <- err
+	}()
+	// Wait until the waiting acquisition has set the key.
+	for {
+		n, err := client.Exists(context.Background(), p.LockKey("quarantine")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Acquire returned %v before the server had been up a TTL", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if _, err := p.Acquire(context.Background(), "quarantine", lock.AcquireOptions{}); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("a second Acquire during the wait: %v, want lock.ErrNotAcquired", err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v, want context.Canceled", err)
+	}
+	if n, _ := client.Exists(context.Background(), p.LockKey("quarantine")).Result(); n != 0 {
+		t.Fatal("a cancelled wait left its key behind")
+	}
+}
+
+// An acquisition that loses its key while it waits out a restart (deleted
+// by hand, or the server restarted again) is not granted.
+func TestAcquire_ALockLostWhileWaitingOutARestartIsNotGranted(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { client.Close() })
+	p, err := batonredis.NewProvider(client, batonredis.Options{TTL: 3 * time.Second, SafetyMargin: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Acquire(context.Background(), "lost", lock.AcquireOptions{})
+		done <- err
+	}()
+	for {
+		n, err := client.Del(context.Background(), p.LockKey("lost")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Acquire returned %v before the server had been up a TTL", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := <-done; !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("Acquire after its key was deleted during the wait: %v, want lock.ErrNotAcquired", err)
 	}
 }

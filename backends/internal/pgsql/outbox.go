@@ -20,6 +20,28 @@ type OutboxStoreOptions struct {
 	Schema string
 	// Logger receives the store's diagnostics. nil discards them.
 	Logger *slog.Logger
+	// SignalDisabled makes the store's Enqueue a plain INSERT that never
+	// signals a listening driver: its entries wait for the driver's next
+	// poll (IdleDelay). The package-level Enqueue always signals; use a
+	// store's Enqueue (Schema "" for the search_path) to turn it off.
+	SignalDisabled bool
+}
+
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c OutboxStoreOptions) withDefaults() OutboxStoreOptions {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks options that have their defaults.
+func (c OutboxStoreOptions) validate() error {
+	if c.Schema != "" {
+		return ValidateSchemaName("OutboxStoreOptions.Schema", c.Schema)
+	}
+	return nil
 }
 
 // OutboxStore is the outbox.Store over baton_outbox, baton_outbox_state and
@@ -34,6 +56,7 @@ type OutboxStore struct {
 	a      Adapter
 	logger *slog.Logger
 	sql    OutboxStatements
+	table  string // the outbox table, quoted and qualified as the statements name it
 }
 
 var _ outbox.Store = (*OutboxStore)(nil)
@@ -41,20 +64,20 @@ var _ outbox.Store = (*OutboxStore)(nil)
 // NewOutboxStore returns an OutboxStore over db, or an error naming the
 // first invalid option. It sends nothing.
 func NewOutboxStore(db DB, a Adapter, c OutboxStoreOptions) (*OutboxStore, error) {
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	if c.Schema != "" {
-		if err := ValidateSchemaName("OutboxStoreOptions.Schema", c.Schema); err != nil {
-			return nil, err
-		}
+	st := &OutboxStore{db: db, a: a, logger: c.Logger, sql: newOutboxStatements(c.Schema), table: qualified(c.Schema, OutboxTable)}
+	if !c.SignalDisabled {
+		st.sql.Enqueue = signalling(st.sql.Enqueue)
 	}
-	return &OutboxStore{db: db, a: a, logger: c.Logger, sql: newOutboxStatements(c.Schema)}, nil
+	return st, nil
 }
 
 // EnqueueSQL is Enqueue's statement over the tables found through the
-// search_path.
-var EnqueueSQL = outboxEnqueueSQL(quote(OutboxTable), quote(OutboxDeadTable))
+// search_path: it signals a listening driver (signalling).
+var EnqueueSQL = signalling(outboxEnqueueSQL(quote(OutboxTable), quote(OutboxDeadTable)))
 
 // Enqueue writes one outbox entry with the caller's q, normally its
 // transaction, using query (EnqueueSQL, or a store's EnqueueSQL): the
@@ -101,6 +124,10 @@ type OutboxStatements struct {
 	DeleteRequeued string
 	RebaseCount    string
 	RebaseMove     string
+	// Newest is what an idle listener reads: the newest entry after a
+	// cursor, whatever the horizon; Gate takes its idle gate when there
+	// is none.
+	Newest, Gate string
 }
 
 // Statements returns the store's statements.
@@ -128,6 +155,8 @@ FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 		DeleteRequeued: outboxDeleteRequeuedSQL(d),
 		RebaseCount:    outboxRebaseSQL(t, false),
 		RebaseMove:     outboxRebaseSQL(t, true),
+		Newest:         outboxNewestSQL(t),
+		Gate:           outboxGateSQL(t),
 	}
 }
 
