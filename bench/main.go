@@ -10,14 +10,17 @@
 //
 //	go -C bench run . all            # every cell, 5 alternations (a few minutes)
 //	go -C bench run . --quick all    # one alternation per cell (well under 2 minutes)
-//	go -C bench run . workrows       # one group: relay, enqueue, workrows, locks or wakeup
+//	go -C bench run . workrows       # one group: relay, enqueue, workrows, locks, wakeup or logical
 //
 // (or cd bench && go run . all). The servers default to PostgreSQL at
 // 127.0.0.1:5432 as user postgres and Redis at 127.0.0.1:6379; --pg and
 // --redis, or BATON_BENCH_PG and BATON_BENCH_REDIS, point elsewhere. Each
 // run works in a schema and a Redis key prefix of its own and removes them
 // at the end; it changes no server setting (its sessions set
-// synchronous_commit=on for themselves).
+// synchronous_commit=on for themselves). The logical group (the outbox read
+// from the log beside the walk) needs wal_level = logical: --pg-logical or
+// BATON_BENCH_PG_LOGICAL names such a server; without one it starts a
+// throwaway server from the PostgreSQL binaries on this machine.
 package main
 
 import (
@@ -48,7 +51,7 @@ func main() {
 }
 
 // groups are the commands besides all, in the order all runs them.
-var groups = []string{"relay", "enqueue", "workrows", "locks", "wakeup"}
+var groups = []string{"relay", "enqueue", "workrows", "locks", "wakeup", "logical"}
 
 // plan is the size of one invocation.
 type plan struct {
@@ -68,6 +71,12 @@ type plan struct {
 	wakeRates   []float64
 	wakeCommits int
 	wakeRounds  int
+	// logicalURL is a server with wal_level = logical ("" starts one);
+	// logicalEntries the fresh entries of each logical relay run.
+	logicalURL     string
+	logicalEntries int
+	// closers run when the measurement ends, after every cell.
+	closers *[]func(context.Context) error
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -75,6 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	pgURL := fs.String("pg", envOr("BATON_BENCH_PG", benchkit.DefaultPostgresURL), "PostgreSQL URL (env BATON_BENCH_PG)")
 	redisAddr := fs.String("redis", envOr("BATON_BENCH_REDIS", benchkit.DefaultRedisAddr), "Redis address (env BATON_BENCH_REDIS)")
+	pgLogical := fs.String("pg-logical", os.Getenv("BATON_BENCH_PG_LOGICAL"), "PostgreSQL URL of a server with wal_level = logical, for the logical group (env BATON_BENCH_PG_LOGICAL; default: start a throwaway one)")
 	quick := fs.Bool("quick", false, "one alternation per cell and short runs: a smoke test and a first look")
 	rounds := fs.Int("rounds", 0, "alternations per cell (default 5; 1 with --quick)")
 	bound := fs.Duration("time", 0, "bound of one run of one system (default 1s; 250ms with --quick)")
@@ -118,10 +128,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		relayBatches: []int{100, 1000}, producers: []int{1, 8, 32}, handlers: []int{1, 16, 100}, workBatches: []int{20, 100},
 		riverSettings: riverSettings{FetchCooldown: *cooldown, FetchPollInterval: *poll},
 		wakeRates:     []float64{10, 500}, wakeCommits: 100, wakeRounds: 3,
+		logicalURL: *pgLogical, logicalEntries: 100_000, closers: new([]func(context.Context) error),
 	}
 	if *quick {
 		p.rounds, p.bound, p.relayEntries, p.wmEntries, p.workRows = 1, 250*time.Millisecond, 50_000, 20_000, 10_000
 		p.wakeCommits, p.wakeRounds = 30, 1
+		p.logicalEntries = 20_000
 	}
 	if *rounds > 0 {
 		p.rounds = *rounds
@@ -166,6 +178,14 @@ func measure(ctx context.Context, p plan, selected []string, pgURL, redisAddr st
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 		}
 	}()
+	defer func() {
+		closers := *p.closers
+		for i := len(closers) - 1; i >= 0; i-- {
+			if cerr := closers[i](context.WithoutCancel(ctx)); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
+			}
+		}
+	}()
 	machine, err := benchkit.Describe(ctx, env.Admin(), env.Redis())
 	if err != nil {
 		return benchkit.Report{}, err
@@ -177,7 +197,7 @@ func measure(ctx context.Context, p plan, selected []string, pgURL, redisAddr st
 	fmt.Fprintf(log, "bench: schema %s; %s\n", env.Schema, machine)
 
 	cells := map[string]func(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Cell, error){
-		"relay": relayCells, "enqueue": enqueueCells, "workrows": workRowCells, "locks": lockCells, "wakeup": wakeCells,
+		"relay": relayCells, "enqueue": enqueueCells, "workrows": workRowCells, "locks": lockCells, "wakeup": wakeCells, "logical": logicalCells,
 	}
 	for _, g := range selected {
 		t0 := time.Now()
@@ -230,6 +250,11 @@ func settings(p plan, env *benchkit.Env, selected []string) []string {
 			s = append(s, fmt.Sprintf("wake-ups: producers commit one entry (or one work row with WorkRows.Signal) per transaction at %v per second, at least %d commits per run, %d alternations; "+
 				"one outbox.Driver (default IdleDelay %v, listening) or one Worker (default IdleDelay %v, listening, Concurrency 8, BatchSize 20); p50 and p99 are from the commit's return "+
 				"to the processor's call (outbox) or the handler's start (work rows); the rate is the commits' pace", p.wakeRates, p.wakeCommits, p.wakeRounds, outbox.DefaultIdleDelay, workrow.DefaultIdleDelay))
+		case "logical":
+			s = append(s, fmt.Sprintf("logical: on a server with wal_level = logical (%s), the outbox read from the log (publication, pgoutput slot) beside one walked, "+
+				"each in a schema of its own; relay: %d fresh entries per run, committed 100 per transaction before it, measured from the first delivery, batches %v; "+
+				"producer cost: %d producers while each side's driver delivers; commit to delivery: one entry every 5ms, timed from just before its COMMIT "+
+				"to its processor call, the walk polling every 10ms (IdleDelay)", logicalWhere(p), p.logicalEntries, p.relayBatches, logicalProducers))
 		case "locks":
 			s = append(s, fmt.Sprintf("locks: one goroutine, uncontended, acquire then release; Redis TTL 10s for both (baton's default); "+
 				"PostgreSQL: baton's provider and the bare peer on one pool of 4 connections; %d alternations of %v each", lockRounds(p), p.bound/lockSplit))

@@ -64,7 +64,7 @@ func newBrokenSuite[V hasVariant](suite, child, env string, vs []V) brokenSuite 
 
 // brokenSuites is every suite's list, for rules_test.go.
 func brokenSuites() []brokenSuite {
-	return []brokenSuite{lockBroken(), leaseBroken(), outboxBroken(), projectionBroken(), workRowsBroken()}
+	return []brokenSuite{lockBroken(), leaseBroken(), outboxBroken(), outboxLogBroken(), projectionBroken(), workRowsBroken()}
 }
 
 // chosen returns the variant the environment names, in a child process;

@@ -8,6 +8,7 @@ func Subtests() map[string][]string {
 		"RunLockProvider":    names(newLockSuite(nil, LockFeatures{}).checks()),
 		"RunLeaseStore":      names(newLeaseSuite(nil, LeaseFeatures{}).checks()),
 		"RunOutboxStore":     names(newOutboxSuite(nil, OutboxFeatures{}).checks()),
+		"RunOutboxLog":       names(newOutboxLogSuite(nil, OutboxLogFeatures{}).checks()),
 		"RunProjectionStore": names(newProjectionSuite(nil, ProjectionFeatures{}).checks()),
 		"RunWorkRows":        names(newWorkRowsSuite(nil, WorkRowsFeatures{}).checks()),
 	}

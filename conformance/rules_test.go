@@ -26,6 +26,7 @@ var ruleSources = map[string]struct{ prefix, file string }{
 	"RunLockProvider":    {"K", "../core/lock/lock.go"},
 	"RunLeaseStore":      {"L", "../core/lease/store.go"},
 	"RunOutboxStore":     {"O", "../core/outbox/store.go ../core/outbox/wake.go"},
+	"RunOutboxLog":       {"R", "../core/outbox/log.go"},
 	"RunProjectionStore": {"P", "../core/projection/store.go"},
 	"RunWorkRows":        {"W", "../core/workrow/store.go ../core/workrow/wake.go"},
 }

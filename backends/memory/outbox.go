@@ -57,6 +57,8 @@ type OutboxStore struct {
 	ids     map[outbox.ID]struct{}
 	dead    map[outbox.ID]*outbox.DeadLetter
 	state   map[string]string
+	// log is what the logical source reads: see outbox_log.go.
+	log commitLog
 	// bus holds the listeners (Listen) that commits signal.
 	bus bus
 }
@@ -182,6 +184,7 @@ func (tx *OutboxTx) Commit(ctx context.Context) error {
 	if len(entries) == 0 {
 		return nil
 	}
+	s.log.commit(entries) // in the order written, before the walk's sort
 	slices.SortFunc(entries, func(a, b outbox.Entry) int { return a.ID.Compare(b.ID) })
 	s.insert(entries)
 	s.bus.signal(entries[0].XID)
@@ -441,9 +444,11 @@ func (s *OutboxStore) Requeue(ctx context.Context, id, newID outbox.ID) error {
 	}
 	xid := s.nextXID
 	s.nextXID++
-	s.insert([]outbox.Entry{{
+	requeued := []outbox.Entry{{
 		XID: xid, ID: newID, Lane: d.Lane, Payload: slices.Clone(d.Payload), CreatedAt: s.clock(),
-	}})
+	}}
+	s.log.commit(requeued)
+	s.insert(requeued)
 	d.RequeuedAs, d.RequeuedAt = newID, s.clock()
 	return nil
 }

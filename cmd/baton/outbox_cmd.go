@@ -28,7 +28,7 @@ with a fresh id, at the end of the order, and records it as requeued_as.`,
 		`Inspect the outbox's health and its dead letters, and requeue them, in the
 schema given by --schema (default: the connection's current schema); repair an
 outbox restored logically into another cluster with "rebase".`,
-		newOutboxStatusCommand(), dead, newOutboxRebaseCommand())
+		newOutboxStatusCommand(), dead, newOutboxRebaseCommand(), newOutboxSlotCommand())
 }
 
 func newOutboxRebaseCommand() *cobra.Command {

@@ -56,6 +56,13 @@ type Config struct {
 	Processors []Processor
 	// Notify receives stuck and dead-letter notices. Required.
 	Notify Notify
+	// Log, when set, is the source the driver reads: the outbox table's
+	// log (PostgreSQL logical decoding), in commit order and not held back
+	// by transactions left open, instead of the (xid, id) walk of Store.
+	// Store still serves the state, the dead letters and retention, and
+	// the walk while the log takes over from it. nil walks the table.
+	// docs/outbox.md, "Choosing a source", compares the two.
+	Log LogStore
 
 	// BatchSize is the most entries one pass reads, across every lane.
 	BatchSize int

@@ -21,6 +21,15 @@
 // until that transaction ends. A long-running transaction anywhere in the
 // database therefore pins the outbox.
 //
+// # Two sources
+//
+// The walk above is the default. Config.Log reads the same table from the
+// database's log instead (LogStore: PostgreSQL logical decoding), in
+// commit order and without horizon pinning; the passes below are the same
+// for both, through an internal feed that knows the positions. A
+// deployment switches either way on a live outbox (see logFeed and
+// fromLog, and docs/outbox.md, "Choosing a source").
+//
 // # The walk, one pass
 //
 //	scan     one bounded statement: (xid, id) > cursor, below the horizon,

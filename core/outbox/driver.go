@@ -80,7 +80,8 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 		}
 	}()
 
-	w := &walker{d: d, lk: lk}
+	w := &walker{d: d, lk: lk, f: d.newFeed(lk)}
+	defer w.f.close(ctx)
 	k := d.newWake() // the leader alone listens, for as long as it leads
 	defer k.close()
 	for ctx.Err() == nil {
@@ -88,6 +89,16 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 			if err := w.load(ctx); err != nil {
 				if ctx.Err() != nil {
 					return
+				}
+				if isRefused(err) {
+					// Waiting cannot mend it: say so at once, and try again
+					// after ErrorDelay in case an operator acted.
+					d.cfg.Logger.Error("outbox: refusing to read", "err", err)
+					w.settleFailure(ctx, time.Now(), stopInfo{reason: err.Error()}, true)
+					if !sleep(ctx, nil, d.cfg.ErrorDelay) {
+						return
+					}
+					continue
 				}
 				d.cfg.Logger.Warn("outbox: reading state failed", "err", err)
 				// Nothing can be stored, but the streak goes on in memory.
@@ -131,25 +142,28 @@ func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
 type walker struct {
 	d  *Driver
 	lk lock.Lock
-	// loaded says cur was read from the store; it is read again after a
-	// settlement that failed, since the stored cursor is the truth.
+	// f is where passes read and settle: the walk, or the log.
+	f feed
+	// loaded says f's position was read from the store; it is read again
+	// after a settlement that failed, since the stored position is the
+	// truth.
 	loaded bool
-	cur    Cursor
 	// h is the term's health, kept in memory (see health); merged says the
 	// stored stamps were folded into it.
 	h      health
 	merged bool
-	// checkCounter asks the next pass to compare the cursor with the
-	// transaction counter: after loading it, and whenever the walk has
-	// caught up (a restore in between would leave it ahead for good).
-	checkCounter bool
 	// idle says the last pass caught up: it settled without a stop and
 	// read less than a full batch, so its pause may end at a signal.
 	idle bool
-	// counterAt is when the pass last compared the cursor with the
-	// transaction counter: a walk woken at every commit catches up at
-	// every pass, and checks at most once per IdleDelay.
-	counterAt time.Time
+}
+
+// newFeed is the term's feed: the log when Config.Log is set, otherwise
+// the walk.
+func (d *Driver) newFeed(lk lock.Lock) feed {
+	if d.cfg.Log != nil {
+		return &logFeed{ls: d.cfg.Log, s: d.cfg.Store, token: lk.Token(), wait: d.cfg.IdleDelay, logger: d.cfg.Logger}
+	}
+	return &walkFeed{s: d.cfg.Store, back: true, counterEvery: d.cfg.IdleDelay}
 }
 
 func (w *walker) load(ctx context.Context) error {
@@ -157,15 +171,14 @@ func (w *walker) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cur, err := CursorFromState(st)
-	if err != nil {
-		return err
-	}
 	if !w.merged {
 		w.h.merge(storedHealth(st))
 		w.merged = true
 	}
-	w.cur, w.loaded, w.checkCounter = cur, true, true
+	if err := w.f.load(ctx, st); err != nil {
+		return err
+	}
+	w.loaded = true
 	return nil
 }
 
@@ -187,38 +200,28 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		return cfg.IdleDelay, false
 	}
 	now := time.Now()
-	if w.checkCounter {
-		next, err := cfg.Store.NextXID(ctx)
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return 0, false
-			}
-			cfg.Logger.Warn("outbox: reading the transaction counter failed", "err", err)
-			return w.settleFailure(ctx, now, stopInfo{reason: "reading the transaction counter: " + err.Error()}, false)
-		case w.cur.XID >= next:
-			// Waiting cannot mend it: notify at once, and check again
-			// next pass, in case an operator repaired it meanwhile.
-			err := fmt.Errorf("%w: the cursor is at xid %d and the next xid of this database is %d; it was restored logically (pg_dump/pg_restore) from another cluster, and entries written since would never be delivered; repair it with `baton outbox rebase` (see docs/outbox.md, Logical restore)",
-				ErrCursorAhead, w.cur.XID, next)
-			cfg.Logger.Error("outbox: refusing to walk", "err", err)
-			return w.settleFailure(ctx, now, stopInfo{reason: err.Error()}, true)
-		}
-		w.checkCounter, w.counterAt = false, now
-	}
-	entries, err := cfg.Store.Scan(ctx, w.cur, cfg.BatchSize)
-	if err != nil {
-		if ctx.Err() != nil {
-			return 0, false
-		}
+	entries, err := w.f.scan(ctx, cfg.BatchSize)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return 0, false
+	case errors.Is(err, ErrReaderFenced):
+		cfg.Logger.Warn("outbox: a reader of a later leadership term has the log; giving up leadership", "err", err)
+		return 0, true
+	case isRefused(err):
+		// Waiting cannot mend it: notify at once, and check again next
+		// pass, in case an operator repaired it meanwhile.
+		cfg.Logger.Error("outbox: refusing to walk", "err", err)
+		return w.settleFailure(ctx, now, stopInfo{reason: err.Error()}, true)
+	default:
 		cfg.Logger.Warn("outbox: scan failed", "err", err)
-		return w.settleFailure(ctx, now, stopInfo{reason: "scan: " + err.Error()}, false)
+		return w.settleFailure(ctx, now, stopInfo{reason: err.Error()}, false)
 	}
 
-	to := w.cur
 	var (
 		parked    []Parked
 		delivered int
+		settled   int // entries of the batch delivered or parked, a prefix
 		stop      *stopInfo
 	)
 	for _, run := range splitRuns(entries) {
@@ -233,8 +236,8 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 			reason := fmt.Sprintf("no processor is registered for lane %q", run[0].Lane)
 			for _, e := range run {
 				parked = append(parked, Parked{Entry: e, Reason: reason})
-				to = e.Cursor()
 			}
+			settled += len(run)
 			continue
 		}
 		outcomes, err := deliver(ctx, proc, run)
@@ -260,10 +263,10 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 			switch o.Kind {
 			case KindDelivered:
 				delivered++
-				to = e.Cursor()
+				settled++
 			case KindPark:
 				parked = append(parked, Parked{Entry: e, Reason: StorableReason(o.Reason)})
-				to = e.Cursor()
+				settled++
 			default:
 				stop = &stopInfo{entry: e, reason: o.Reason, retryAfter: o.RetryAfter}
 			}
@@ -295,9 +298,9 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 	if !w.trusted("settling") {
 		return 0, true
 	}
-	err = cfg.Store.Settle(ctx, Settlement{From: w.cur, To: to, Park: parked, State: next.stamps(now)})
+	err = w.f.settle(ctx, settled, stop == nil, parked, next.stamps(now))
 	switch {
-	case errors.Is(err, ErrCursorMoved):
+	case errors.Is(err, ErrCursorMoved), errors.Is(err, ErrReaderFenced):
 		cfg.Logger.Warn("outbox: another leader settled meanwhile; this pass is discarded and leadership given up")
 		w.loaded = false
 		return 0, true
@@ -320,8 +323,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		w.loaded = false // re-read: the stored cursor is the truth
 		return cfg.ErrorDelay, false
 	}
-	w.h, w.cur = next, to
-	w.checkCounter = len(entries) < cfg.BatchSize && now.Sub(w.counterAt) >= cfg.IdleDelay
+	w.h = next
 
 	switch {
 	case stop != nil && stop.retryAfter > 0:
@@ -332,7 +334,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		return 0, false // a full batch, by count or by bytes: more may be waiting, straight on
 	default:
 		w.idle = true
-		return cfg.IdleDelay, false
+		return w.f.idleDelay(cfg.IdleDelay), false
 	}
 }
 
@@ -348,8 +350,13 @@ func (w *walker) settleFailure(ctx context.Context, now time.Time, s stopInfo, a
 	if !w.trusted("settling") {
 		return 0, true
 	}
-	err := d.cfg.Store.Settle(ctx, Settlement{From: w.cur, To: w.cur, State: next.stamps(now)})
-	if errors.Is(err, ErrCursorMoved) {
+	if !w.loaded {
+		// Nothing was read, so no position to settle at: the streak is
+		// in memory and notified; it is stored once a pass can settle.
+		return d.cfg.ErrorDelay, false
+	}
+	err := w.f.settle(ctx, 0, false, nil, next.stamps(now))
+	if errors.Is(err, ErrCursorMoved) || errors.Is(err, ErrReaderFenced) {
 		w.loaded = false
 		return 0, true
 	}

@@ -55,7 +55,9 @@ func (d *Driver) sweepOnce(ctx context.Context) {
 		cfg.Logger.Warn("outbox retention: reading the cursor failed", "err", err)
 		return
 	}
-	cur, err := CursorFromState(st)
+	// Whichever source settled them: rows carry no log position, so the
+	// log's settled rows are those below its last passed mark.
+	cur, err := SettledCursor(st)
 	if err != nil {
 		cfg.Logger.Warn("outbox retention: reading the cursor failed", "err", err)
 		return

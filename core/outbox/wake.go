@@ -96,7 +96,8 @@ type wake struct {
 
 func (d *Driver) newWake() *wake {
 	k := &wake{}
-	if w, ok := d.cfg.Store.(Waker); ok && !d.cfg.PollOnly {
+	// The log's reader waits on the stream itself: only the walk listens.
+	if w, ok := d.cfg.Store.(Waker); ok && !d.cfg.PollOnly && d.cfg.Log == nil {
 		k.waker = w
 	}
 	k.s = listen.Session[Listener]{
@@ -119,15 +120,16 @@ func (k *wake) close() { k.s.Close() }
 // horizon or being enqueued: then it scans again soon. false when ctx
 // ended.
 func (k *wake) rest(ctx context.Context, w *walker, delay time.Duration) bool {
-	if k.waker == nil || !w.idle {
+	cur, walking := w.walkCursor()
+	if k.waker == nil || !w.idle || !walking {
 		return sleep(ctx, nil, delay)
 	}
-	progress := w.cur != k.seen
+	progress := cur != k.seen
 	if progress {
-		k.seen = w.cur
+		k.seen = cur
 		k.back.Reset()
 	}
-	if k.target > w.cur.XID {
+	if k.target > cur.XID {
 		// Committed, signalled or reported, and not walked: the horizon
 		// holds it back.
 		return sleep(ctx, nil, k.back.Next(delay))
@@ -138,7 +140,7 @@ func (k *wake) rest(ctx context.Context, w *walker, delay time.Duration) bool {
 		return sleep(ctx, nil, min(delay, k.s.UntilRetry()))
 	}
 	ictx, cancel := context.WithTimeout(ctx, listen.Timeout)
-	idle, newest, err := l.Idle(ictx, w.cur)
+	idle, newest, err := l.Idle(ictx, cur)
 	cancel()
 	switch {
 	case ctx.Err() != nil:
@@ -146,7 +148,7 @@ func (k *wake) rest(ctx context.Context, w *walker, delay time.Duration) bool {
 	case err != nil:
 		k.s.Drop(err)
 		return sleep(ctx, nil, min(delay, k.s.UntilRetry()))
-	case newest > w.cur.XID:
+	case newest > cur.XID:
 		// Committed since the pass read: walk again, at once after a
 		// pass that found nothing; after one that delivered, a stream is
 		// flowing, and a moment's pause lets the next pass take more.
@@ -174,4 +176,13 @@ func (k *wake) rest(ctx context.Context, w *walker, delay time.Duration) bool {
 		k.s.Drop(err)
 	}
 	return true
+}
+
+// walkCursor is the walk's cursor, when this term walks the table.
+func (w *walker) walkCursor() (Cursor, bool) {
+	wf, ok := w.f.(*walkFeed)
+	if !ok {
+		return Cursor{}, false
+	}
+	return wf.cur, true
 }

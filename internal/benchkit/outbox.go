@@ -83,39 +83,54 @@ func (o *Outbox) DriverWalk(batch, n int, d time.Duration) System {
 		Name:    "baton driver",
 		Prepare: o.ResetCursor,
 		Run: func(ctx context.Context) (Sample, error) {
-			locks, err := lockmem.NewProvider(lockmem.Options{})
-			if err != nil {
-				return Sample{}, err
-			}
-			c := NewCounter(int64(n))
-			var procs []outbox.Processor
-			for _, lane := range Lanes {
-				procs = append(procs, outbox.ProcessorFunc{LaneName: lane, Func: func(_ context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
-					out := make([]outbox.Outcome, len(run))
-					for i := range out {
-						out[i] = outbox.Delivered()
-					}
-					c.Add(int64(len(run)))
-					return out, nil
-				}})
-			}
-			drv, err := outbox.NewDriver(outbox.Config{
-				Store: o.Store, Locks: locks, BatchSize: batch, RetentionDisabled: true, Processors: procs,
-				Notify: func(context.Context, outbox.Notice) error { return nil },
-			})
-			if err != nil {
-				return Sample{}, err
-			}
-			dctx, cancel := context.WithCancel(ctx)
-			stopped := make(chan struct{})
-			start := time.Now()
-			go func() { defer close(stopped); drv.Run(dctx) }()
-			s, err := c.Await(ctx, start, d)
-			cancel()
-			<-stopped
-			return s, err
+			return runDriver(ctx, outbox.Config{Store: o.Store, BatchSize: batch}, n, d, false, nil)
 		},
 	}
+}
+
+// runDriver runs the real outbox.Driver configured by cfg (its Store, Log
+// and BatchSize; the rest is filled in here), with a no-op processor per
+// lane, until n entries were delivered or d passed. steady measures from
+// the first delivery (Counter.AwaitSteady) instead of from the start;
+// delivered, if set, sees every run first.
+func runDriver(ctx context.Context, cfg outbox.Config, n int, d time.Duration, steady bool, delivered func([]outbox.Entry)) (Sample, error) {
+	locks, err := lockmem.NewProvider(lockmem.Options{})
+	if err != nil {
+		return Sample{}, err
+	}
+	c := NewCounter(int64(n))
+	for _, lane := range Lanes {
+		cfg.Processors = append(cfg.Processors, outbox.ProcessorFunc{LaneName: lane, Func: func(_ context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
+			if delivered != nil {
+				delivered(run)
+			}
+			out := make([]outbox.Outcome, len(run))
+			for i := range out {
+				out[i] = outbox.Delivered()
+			}
+			c.Add(int64(len(run)))
+			return out, nil
+		}})
+	}
+	cfg.Locks, cfg.RetentionDisabled = locks, true
+	cfg.Notify = func(context.Context, outbox.Notice) error { return nil }
+	drv, err := outbox.NewDriver(cfg)
+	if err != nil {
+		return Sample{}, err
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	start := time.Now()
+	go func() { defer close(stopped); drv.Run(dctx) }()
+	var s Sample
+	if steady {
+		s, err = c.AwaitSteady(ctx, start, d)
+	} else {
+		s, err = c.Await(ctx, start, d)
+	}
+	cancel()
+	<-stopped
+	return s, err
 }
 
 // BareWalk is the physical limit of a relay on this table: the driver's

@@ -108,6 +108,7 @@ func driverMain(args []string) int {
 	locks := fs.String("locks", "pg", "leader lock provider: pg or redis")
 	redisAddr := fs.String("redis", "", "Redis address for -locks redis")
 	namespace := fs.String("namespace", "", "lock namespace or key prefix")
+	logSlot := fs.String("log", "", "read the outbox from the log, with this slot and publication (outbox.Config.Log)")
 	rep, ctx, done, err := fs.start(args)
 	if err != nil {
 		return 2
@@ -137,7 +138,16 @@ func driverMain(args []string) int {
 		return 1
 	}
 	tracked := &trackedLocks{Provider: provider, rep: rep}
-	store, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{})
+	var (
+		store outbox.Store
+		log   outbox.LogStore
+	)
+	if *logSlot != "" {
+		ls, lerr := pgxstore.NewOutboxLogStore(pool, pgxstore.OutboxLogOptions{Slot: *logSlot, Publication: *logSlot, StatusInterval: time.Second})
+		store, log, err = ls, ls, lerr
+	} else {
+		store, err = pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{})
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -166,7 +176,7 @@ func driverMain(args []string) int {
 		}})
 	}
 	d, err := outbox.NewDriver(outbox.Config{
-		Store: store, Locks: tracked, Processors: procs,
+		Store: store, Log: log, Locks: tracked, Processors: procs,
 		Notify:    func(context.Context, outbox.Notice) error { return nil },
 		BatchSize: 100, IdleDelay: 20 * time.Millisecond, ErrorDelay: 50 * time.Millisecond,
 		LeaderLockName: outboxLockName, LeaderWait: 200 * time.Millisecond, RetentionDisabled: true,
@@ -223,22 +233,44 @@ func TestOutbox_LeadersKilledAndPaused(t *testing.T) {
 			if locks == "redis" {
 				redisSrv = testenv.StartRedisServer(t)
 			}
-			runOutboxScenario(t, pgsrv, locks, redisSrv)
+			runOutboxScenario(t, pgsrv, locks, redisSrv, false)
 		})
 	}
+}
+
+// TestOutbox_LogLeadersKilledAndPaused is the same scenario with the
+// drivers reading the outbox from the log (outbox.Config.Log), with Redis
+// locks, so that a paused leader loses its lock while its reader is still
+// attached to the slot: the next leader ends that reader (its fencing
+// token above the paused one's) and reads on. First deliveries follow
+// commit order, as a second slot decoding the same commits with
+// test_decoding tells it, and the slot never confirms past the settled
+// position.
+func TestOutbox_LogLeadersKilledAndPaused(t *testing.T) {
+	scenario(t)
+	pgsrv := testenv.StartPostgresServer(t, testenv.LogicalSettings...)
+	runOutboxScenario(t, pgsrv, "redis", testenv.StartRedisServer(t), true)
 }
 
 // runOutboxScenario runs the outbox under faults with the leader lock on
 // locks ("pg", or "redis" on redisSrv, which is also restarted once: a
 // server without persistence comes back empty).
-func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string, redisSrv *testenv.RedisServer) {
+func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string, redisSrv *testenv.RedisServer, fromLog bool) {
 	var redisAddr string
 	if redisSrv != nil {
 		redisAddr = redisSrv.Addr()
 	}
 	schema := "faults_outbox_" + locks
+	if fromLog {
+		schema += "_log"
+	}
 	migrateSchema(t, pgsrv.URL(), schema)
 	url := pgsrv.URL() + "&search_path=" + schema
+	var logArgs []string
+	label := locks // of the figures
+	if fromLog {
+		logArgs, label = []string{"-log", schema}, locks+"+log"
+	}
 	col := newCollector(t)
 	gone := map[string]int64{}
 
@@ -248,11 +280,15 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 	startDriver := func(i int) {
 		generation[i]++
 		name := fmt.Sprintf("d%d.%d", i, generation[i])
-		drivers[i] = testenv.StartChild(t, name, "driver", nil, "-url", url, "-name", name, "-report", col.addr(),
-			"-locks", locks, "-redis", redisAddr, "-namespace", schema)
+		drivers[i] = testenv.StartChild(t, name, "driver", nil, append([]string{"-url", url, "-name", name, "-report", col.addr(),
+			"-locks", locks, "-redis", redisAddr, "-namespace", schema}, logArgs...)...)
 	}
 	for i := range slots {
 		startDriver(i)
+	}
+	var oracle *logOracle
+	if fromLog {
+		oracle = newLogOracle(t, url, schema)
 	}
 	const producers = 8
 	produce := 12 * time.Second
@@ -351,9 +387,9 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 		})
 		switch {
 		case ok:
-			t.Logf("figure outbox %-5s failover %-5s %v", locks, kind, time.Duration(took-at).Round(time.Millisecond))
+			t.Logf("figure outbox %-9s failover %-9s %v", label, kind, time.Duration(took-at).Round(time.Millisecond))
 		case !expectTakeover:
-			t.Logf("figure outbox %-5s failover %-5s none: the paused session keeps its advisory lock until it resumes", locks, kind)
+			t.Logf("figure outbox %-9s failover %-9s none: the paused session keeps its advisory lock until it resumes", label, kind)
 		default:
 			for _, c := range drivers {
 				t.Logf("driver %s (pid %d) output:\n%s", c.Name, c.Pid(), c.Output())
@@ -383,7 +419,7 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 		return len(lost) == 0
 	})
 	if drained {
-		t.Logf("figure outbox %-5s drain after the last commit %v", locks, time.Since(producedAt).Round(time.Millisecond))
+		t.Logf("figure outbox %-9s drain after the last commit %v", label, time.Since(producedAt).Round(time.Millisecond))
 	}
 	time.Sleep(200 * time.Millisecond) // late deliveries of rolled-back entries, if any
 	for _, c := range drivers {
@@ -393,8 +429,8 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 	}
 	es := col.snapshot()
 	committed, deliveries, duplicates := outboxCounts(es)
-	t.Logf("figure outbox %-5s %d committed entries in %v, %d deliveries, %d duplicates",
-		locks, committed, time.Since(started).Round(time.Millisecond), deliveries, duplicates)
+	t.Logf("figure outbox %-9s %d committed entries in %v, %d deliveries, %d duplicates",
+		label, committed, time.Since(started).Round(time.Millisecond), deliveries, duplicates)
 
 	var v violations
 	for _, id := range lost {
@@ -403,7 +439,11 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 	v = append(v, checkRolledBackNotDelivered(es)...)
 	v = append(v, checkGrantTokensIncrease(es)...)
 	v = append(v, checkNoDeliveryByDeposedLeader(es)...)
-	v = append(v, checkFirstDeliveriesInOrder(es)...)
+	if oracle != nil {
+		v = append(v, oracle.check(t, es)...)
+	} else {
+		v = append(v, checkFirstDeliveriesInOrder(es)...)
+	}
 	reportViolations(t, v)
 }
 

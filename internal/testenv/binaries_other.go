@@ -8,4 +8,6 @@ var errNoThrowaway = errors.New("throwaway servers are only started on Unix syst
 
 func startPostgresBinaries() (running, error) { return running{}, errNoThrowaway }
 
+func startThrowawayPostgres(...string) (running, error) { return running{}, errNoThrowaway }
+
 func startRedisBinary() (running, error) { return running{}, errNoThrowaway }

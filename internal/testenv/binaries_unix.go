@@ -41,8 +41,12 @@ const (
 // binaries, one directory per major version.
 const postgresVersionDirs = "/usr/lib/postgresql/*/bin"
 
-func startPostgresBinaries() (running, error) {
-	pg, err := newPostgresCluster()
+func startPostgresBinaries() (running, error) { return startThrowawayPostgres() }
+
+// startThrowawayPostgres starts a throwaway cluster with settings added
+// to its configuration ("name=value").
+func startThrowawayPostgres(settings ...string) (running, error) {
+	pg, err := newPostgresCluster(settings...)
 	if err != nil {
 		return running{}, err
 	}

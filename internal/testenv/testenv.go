@@ -308,7 +308,12 @@ func pingRedisCtx(ctx context.Context, addr string) error {
 // whose connections use it. The schema is dropped when the test ends.
 func Postgres(t testing.TB) *PostgresEnv {
 	t.Helper()
-	serverURL := PostgresURL(t)
+	return schemaEnv(t, PostgresURL(t))
+}
+
+// schemaEnv gives the test a schema of its own on the server at serverURL.
+func schemaEnv(t testing.TB, serverURL string) *PostgresEnv {
+	t.Helper()
 	schema := "baton_test_" + randomHex(6)
 
 	ctx := context.Background()

@@ -1,0 +1,281 @@
+package pgxstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton/conformance"
+	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/testenv"
+	locksmemory "github.com/baton-go/baton/locks/memory"
+)
+
+// The outbox's logical source on a server with wal_level = logical
+// (testenv.LogicalPostgres: a throwaway server, since the shared one runs
+// with replica).
+
+// logEnv is one test's outbox on the logical server: its schema, migrated,
+// and a log store with a slot and publication of its own, dropped when
+// the test ends.
+type logEnv struct {
+	*testenv.PostgresEnv
+	store *OutboxLogStore
+	slot  string
+}
+
+func newLogEnv(t *testing.T) *logEnv {
+	t.Helper()
+	env := testenv.LogicalPostgres(t)
+	return attachLog(t, env, logOptions(t))
+}
+
+// logOptions are options with a slot and publication named for one test.
+func logOptions(t *testing.T) OutboxLogOptions {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	name := "baton_t_" + hex.EncodeToString(b)
+	return OutboxLogOptions{Slot: name, Publication: name, SlotCreateTimeout: 20 * time.Second, StatusInterval: time.Second}
+}
+
+// attachLog migrates env and makes a log store over it with opts, whose
+// slot and publication are dropped when the test ends.
+func attachLog(t *testing.T, env *testenv.PostgresEnv, opts OutboxLogOptions) *logEnv {
+	t.Helper()
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	st, err := NewOutboxLogStore(env.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, env.ServerURL)
+		if err != nil {
+			t.Errorf("drop the slot: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, opts.Slot)
+			if err == nil {
+				_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, opts.Slot)
+			}
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			t.Errorf("drop the slot %s: %v", opts.Slot, err)
+		}
+		_, _ = conn.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{opts.Publication}.Sanitize())
+	})
+	return &logEnv{PostgresEnv: env, store: st, slot: opts.Slot}
+}
+
+// delivered records what a driver delivered, in order.
+type delivered struct {
+	lane    string
+	mu      sync.Mutex
+	entries []outbox.Entry
+	answer  func(run []outbox.Entry) []outbox.Outcome
+}
+
+func (d *delivered) Lane() string { return d.lane }
+
+func (d *delivered) Deliver(_ context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]outbox.Outcome, len(run))
+	for i := range out {
+		out[i] = outbox.Delivered()
+	}
+	if d.answer != nil {
+		out = d.answer(run)
+	}
+	for i, e := range run {
+		if out[i].Kind != outbox.KindRetry {
+			d.entries = append(d.entries, e)
+		}
+	}
+	return out, nil
+}
+
+func (d *delivered) ids() []outbox.ID {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]outbox.ID, len(d.entries))
+	for i, e := range d.entries {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// runDriver runs a driver over store, and over log when it is not nil,
+// with the processors, until the returned stop is called (or the test
+// ends).
+func runDriver(t *testing.T, store outbox.Store, log outbox.LogStore, configure func(*outbox.Config), procs ...outbox.Processor) (stop func()) {
+	t.Helper()
+	locks, err := locksmemory.NewProvider(locksmemory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := outbox.Config{
+		Store: store, Log: log, Locks: locks, Processors: procs,
+		Notify:    func(context.Context, outbox.Notice) error { return nil },
+		IdleDelay: 50 * time.Millisecond, ErrorDelay: 200 * time.Millisecond, RetentionDisabled: true,
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	d, err := outbox.NewDriver(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = d.Run(ctx)
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// eventually polls cond every 20ms until it holds, failing the test after
+// within.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitSource waits until the stored state names source.
+func awaitSource(t *testing.T, st outbox.Store, source string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the outbox's source is not "+source, func() bool {
+		s, err := st.State(context.Background())
+		return err == nil && s[outbox.KeySource] == source
+	})
+}
+
+// invert runs the xid-inversion case on pool: A writes elsewhere first
+// (taking the older xid); B changes the entity row; A waits for B's row
+// lock; B enqueues and commits; A gets the row, enqueues and commits. It
+// returns A's and B's entry ids.
+func invert(t *testing.T, ctx context.Context, pool *pgxpool.Pool, lane string) (idA, idB outbox.ID) {
+	t.Helper()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS entity (id int PRIMARY KEY, v int);
+CREATE TABLE IF NOT EXISTS elsewhere (n int);
+INSERT INTO entity VALUES (1, 0) ON CONFLICT DO NOTHING`); err != nil {
+		t.Fatal(err)
+	}
+	idA, idB = outbox.NewID(), outbox.NewID()
+	a, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Rollback(context.WithoutCancel(ctx))
+	var pidA int32
+	if err := a.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pidA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, `INSERT INTO elsewhere VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	b, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Rollback(context.WithoutCancel(ctx))
+	if _, err := b.Exec(ctx, `UPDATE entity SET v = v + 10 WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	aDone := make(chan error, 1)
+	go func() {
+		if _, err := a.Exec(ctx, `UPDATE entity SET v = v + 1 WHERE id = 1`); err != nil {
+			aDone <- err
+			return
+		}
+		if err := Enqueue(ctx, a, idA, lane, []byte(`{"tx":"A"}`)); err != nil {
+			aDone <- err
+			return
+		}
+		aDone <- a.Commit(ctx)
+	}()
+	eventually(t, 10*time.Second, "A does not wait for B's row lock", func() bool {
+		var waiting bool
+		err := pool.QueryRow(ctx, `SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = $1`, pidA).Scan(&waiting)
+		return err == nil && waiting
+	})
+	if err := Enqueue(ctx, b, idB, lane, []byte(`{"tx":"B"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	var xa, xb uint64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT xid::text::bigint FROM baton_outbox WHERE id = $1), (SELECT xid::text::bigint FROM baton_outbox WHERE id = $2)`,
+		[16]byte(idA), [16]byte(idB)).Scan(&xa, &xb); err != nil {
+		t.Fatal(err)
+	}
+	if xa >= xb {
+		t.Fatalf("A has xid %d and B %d: the case needs A's older", xa, xb)
+	}
+	return idA, idB
+}
+
+func TestOutboxLog_TheWalkDeliversAFirstTheLogDeliversBFirst(t *testing.T) {
+	ctx := testContext(t)
+	for _, logical := range []bool{false, true} {
+		t.Run(fmt.Sprintf("logical=%v", logical), func(t *testing.T) {
+			e := newLogEnv(t)
+			rec := &delivered{lane: "orders"}
+			var log outbox.LogStore
+			if logical {
+				log = e.store
+			}
+			runDriver(t, e.store, log, nil, rec)
+			if logical {
+				awaitSource(t, e.store, outbox.SourceLogical)
+			}
+			idA, idB := invert(t, ctx, e.Pool, "orders")
+			eventually(t, 20*time.Second, "both entries delivered", func() bool { return len(rec.ids()) == 2 })
+			want := []outbox.ID{idA, idB} // xid order
+			if logical {
+				want = []outbox.ID{idB, idA} // commit order
+			}
+			if got := rec.ids(); !slices.Equal(got, want) {
+				t.Fatalf("delivered %v, want %v (A %s, B %s)", got, want, idA, idB)
+			}
+		})
+	}
+}
+
+func TestOutboxLogStore_Conformance(t *testing.T) {
+	conformance.RunOutboxLog(t, func(t *testing.T) conformance.OutboxLogHarness {
+		e := newLogEnv(t)
+		return conformance.OutboxLogHarness{Log: e.store, Store: e.store, Producer: pgxOutboxProducer(e.Pool, Enqueue)}
+	}, conformance.OutboxLogFeatures{})
+}
