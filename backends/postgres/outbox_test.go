@@ -949,6 +949,8 @@ FROM generate_series(1, 100000) AS g`)
 			map[string][]string{"baton_outbox_dead_parked": {"parked_at <="}, "baton_outbox_dead_pkey": {"id ="}}},
 		{"outbox_delete_requeued", st.Statements().DeleteRequeued, "'7 days', 1000",
 			map[string][]string{"baton_outbox_dead_requeued": {"requeued_at < (now() -"}}},
+		{"outbox_count_pending", st.Statements().CountPending, fmt.Sprintf("'%d', %s, 10000", c, nilID),
+			map[string][]string{"baton_outbox_walk": {"ROW(xid, id) > ROW("}}},
 	}
 	for _, s := range statements {
 		if _, err := conn.Exec(ctx, "PREPARE "+s.name+" AS "+s.query); err != nil {

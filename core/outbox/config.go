@@ -104,6 +104,11 @@ type Config struct {
 	// Logger receives warnings (parked entries, no processors, failures).
 	// nil discards.
 	Logger *slog.Logger
+
+	// Hooks observe the driver (passes, runs, leadership, stuck notices,
+	// the backlog); nil observes nothing and costs nothing. otelbaton
+	// implements them with OpenTelemetry.
+	Hooks Hooks
 }
 
 func (c *Config) validate() error {

@@ -101,6 +101,8 @@ type OutboxStatements struct {
 	DeleteRequeued string
 	RebaseCount    string
 	RebaseMove     string
+	CountPending   string
+	CountDead      string
 }
 
 // Statements returns the store's statements.
@@ -128,6 +130,8 @@ FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 		DeleteRequeued: outboxDeleteRequeuedSQL(d),
 		RebaseCount:    outboxRebaseSQL(t, false),
 		RebaseMove:     outboxRebaseSQL(t, true),
+		CountPending:   outboxCountPendingSQL(t),
+		CountDead:      outboxCountDeadSQL(d),
 	}
 }
 

@@ -1,0 +1,13 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/baton-go/baton/backends/memory"
+	"github.com/baton-go/baton/internal/outboxtest"
+)
+
+func TestOutboxStore_CountsThePendingEntriesAndTheDeadLettersWaiting(t *testing.T) {
+	st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	outboxtest.CheckCounter(t, t.Context(), st, outboxHarness(st).Producer)
+}
