@@ -157,6 +157,8 @@ type LeaderChange struct {
 // Backlog is what a leader counted after a pass, each count at most
 // BacklogLimit.
 type Backlog struct {
+	// Lock is the leader lock's name: it tells drivers apart.
+	Lock string
 	// Pending counts the entries after the cursor: committed and not yet
 	// walked past, below the horizon or not. It is an entry count, never a
 	// distance between xids (which says nothing about how many entries
@@ -271,7 +273,7 @@ func (w *walker) sampleBacklog(ctx context.Context, h Hooks, now time.Time) {
 		w.d.cfg.Logger.Debug("outbox: counting the dead letters failed", "err", err)
 		return
 	}
-	h.BacklogSampled(ctx, Backlog{Pending: pending, Dead: dead, At: now})
+	h.BacklogSampled(ctx, Backlog{Lock: w.d.cfg.LeaderLockName, Pending: pending, Dead: dead, At: now})
 }
 
 // deliver hands a run to its processor, between the run hooks.
