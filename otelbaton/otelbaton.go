@@ -12,9 +12,7 @@
 //	workrow.Config[K, R]{..., Hooks: obs.WorkRows("emails")}
 //
 // The instruments, their units and attributes are listed in
-// docs/observability.md. The delivery span links to the span that
-// enqueued each entry when the producer carried its trace context
-// (InjectTrace).
+// docs/observability.md.
 package otelbaton
 
 import (
@@ -25,7 +23,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 	"go.opentelemetry.io/otel/trace"
@@ -73,9 +70,6 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 	// TracerProvider makes the spans; nil is otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
-	// Propagator reads the trace context entries carry (InjectTrace); nil
-	// is the W3C trace context.
-	Propagator propagation.TextMapPropagator
 	// Instance names this process in baton.role.held (baton.instance):
 	// normally lease.Config.InstanceID. Empty leaves the attribute out.
 	Instance string
@@ -84,12 +78,10 @@ type Options struct {
 // Observer holds the instruments and implements every component's hooks.
 // It is safe for concurrent use.
 type Observer struct {
-	tracer     trace.Tracer
-	propagator propagation.TextMapPropagator
-	instance   string
+	tracer   trace.Tracer
+	instance string
 
 	sent         metric.Int64Counter
-	runDuration  metric.Float64Histogram
 	parked       metric.Int64Counter
 	retried      metric.Int64Counter
 	passDuration metric.Float64Histogram
@@ -112,36 +104,35 @@ type Observer struct {
 
 type roleKey struct{ name, kind string }
 
-// laneAttrs are the measurement options of one lane, made once.
+// laneAttrs are what a lane's measurements and spans carry, made once:
+// a run costs no allocation of its own for them.
 type laneAttrs struct {
-	deliver metric.MeasurementOption // messaging.* of a delivery
-	lane    metric.MeasurementOption // messaging.destination.name alone
+	deliver    metric.MeasurementOption // messaging.* of a delivery
+	lane       metric.MeasurementOption // messaging.destination.name alone
+	deliverAdd []metric.AddOption
+	laneAdd    []metric.AddOption
+	spanName   string
+	spanAttrs  []attribute.KeyValue
 }
 
 // New makes the instruments.
 func New(opts Options) (*Observer, error) {
-	mp, tp, prop := opts.MeterProvider, opts.TracerProvider, opts.Propagator
+	mp, tp := opts.MeterProvider, opts.TracerProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	if prop == nil {
-		prop = propagation.TraceContext{}
-	}
 	m := mp.Meter(ScopeName)
 	o := &Observer{
-		tracer: tp.Tracer(ScopeName), propagator: prop, instance: opts.Instance,
+		tracer: tp.Tracer(ScopeName), instance: opts.Instance,
 		held: map[roleKey]bool{}, backlog: map[string]outbox.Backlog{},
 	}
-	sent, err1 := messagingconv.NewClientSentMessages(m,
+	sent, err := messagingconv.NewClientSentMessages(m,
 		metric.WithDescription("Outbox entries delivered: a processor answered Delivered."))
-	runs, err2 := messagingconv.NewClientOperationDuration(m,
-		metric.WithDescription("Time a processor took to deliver one run of an outbox lane."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
-	o.sent, o.runDuration = sent.Inst(), runs.Inst()
-	errs := []error{err1, err2}
+	o.sent = sent.Inst()
+	errs := []error{err}
 	counter := func(dst *metric.Int64Counter, name, unit, desc string) {
 		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		*dst, errs = c, append(errs, err)
@@ -229,8 +220,16 @@ func (o *Observer) lane(name string) *laneAttrs {
 			semconv.MessagingSystemKey.String(MessagingSystem),
 			semconv.MessagingOperationName("deliver"),
 			semconv.MessagingDestinationName(name))),
-		lane: metric.WithAttributeSet(attribute.NewSet(semconv.MessagingDestinationName(name))),
+		lane:     metric.WithAttributeSet(attribute.NewSet(semconv.MessagingDestinationName(name))),
+		spanName: "deliver " + name,
+		spanAttrs: []attribute.KeyValue{
+			semconv.MessagingSystemKey.String(MessagingSystem),
+			semconv.MessagingOperationName("deliver"),
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingDestinationName(name),
+		},
 	}
+	a.deliverAdd, a.laneAdd = []metric.AddOption{a.deliver}, []metric.AddOption{a.lane}
 	got, _ := o.lanes.LoadOrStore(name, a)
 	return got.(*laneAttrs)
 }

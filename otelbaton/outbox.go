@@ -16,29 +16,80 @@ import (
 // and the outbox's instruments.
 type outboxHooks struct{ o *Observer }
 
-var passOutcomes = func() map[outbox.PassOutcome]metric.MeasurementOption {
-	m := map[outbox.PassOutcome]metric.MeasurementOption{}
+var passStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+
+// passOutcomes are the measurement options of each outcome, made once.
+var passOutcomes = func() map[outbox.PassOutcome][]metric.RecordOption {
+	m := map[outbox.PassOutcome][]metric.RecordOption{}
 	for _, oc := range []outbox.PassOutcome{outbox.PassIdle, outbox.PassProgress, outbox.PassRetry,
 		outbox.PassFailed, outbox.PassDeposed, outbox.PassStopped} {
-		m[oc] = metric.WithAttributeSet(attribute.NewSet(KeyOutcome.String(string(oc))))
+		m[oc] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(KeyOutcome.String(string(oc))))}
 	}
 	return m
 }()
 
+// passKey carries a pass's tally on its context.
+type passKey struct{}
+
+// passTally adds up a pass's runs per lane, so that the counters are
+// added once per lane and pass rather than once per run: a run can be a
+// single entry.
+type passTally struct{ lanes []laneTally }
+
+type laneTally struct {
+	a                          *laneAttrs
+	delivered, parked, retried int64
+}
+
+func (t *passTally) add(a *laneAttrs, r outbox.RunEnd) {
+	i := 0
+	for i < len(t.lanes) && t.lanes[i].a != a {
+		i++
+	}
+	if i == len(t.lanes) {
+		t.lanes = append(t.lanes, laneTally{a: a})
+	}
+	l := &t.lanes[i]
+	l.delivered += int64(r.Delivered)
+	l.parked += int64(r.Parked)
+	l.retried += int64(r.Retried)
+}
+
+func (o *Observer) count(ctx context.Context, l laneTally) {
+	if l.delivered > 0 {
+		o.sent.Add(ctx, l.delivered, l.a.deliverAdd...)
+	}
+	if l.parked > 0 {
+		o.parked.Add(ctx, l.parked, l.a.laneAdd...)
+	}
+	if l.retried > 0 {
+		o.retried.Add(ctx, l.retried, l.a.laneAdd...)
+	}
+}
+
 func (h outboxHooks) PassStarted(ctx context.Context, p outbox.PassStart) context.Context {
-	ctx, _ = h.o.tracer.Start(ctx, "outbox pass", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(KeyToken.Int64(int64(p.Token))))
+	ctx = context.WithValue(ctx, passKey{}, &passTally{})
+	ctx, span := h.o.tracer.Start(ctx, "outbox pass", passStart...)
+	if span.IsRecording() {
+		span.SetAttributes(KeyToken.Int64(int64(p.Token)))
+	}
 	return ctx
 }
 
 func (h outboxHooks) PassEnded(ctx context.Context, p outbox.PassEnd) {
 	o := h.o
+	if t, ok := ctx.Value(passKey{}).(*passTally); ok {
+		for _, l := range t.lanes {
+			o.count(ctx, l)
+		}
+		t.lanes = nil
+	}
 	oc, ok := passOutcomes[p.Outcome]
 	if !ok {
-		oc = metric.WithAttributes(KeyOutcome.String(string(p.Outcome)))
+		oc = []metric.RecordOption{metric.WithAttributes(KeyOutcome.String(string(p.Outcome)))}
 	}
-	o.passDuration.Record(ctx, p.Took.Seconds(), oc)
-	o.passEntries.Record(ctx, int64(p.Scanned), oc)
+	o.passDuration.Record(ctx, p.Took.Seconds(), oc...)
+	o.passEntries.Record(ctx, int64(p.Scanned), oc...)
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -51,43 +102,34 @@ func (h outboxHooks) PassEnded(ctx context.Context, p outbox.PassEnd) {
 	span.End()
 }
 
+var runStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+
+// RunStarted starts the run's span. Its attributes are set only on a span
+// that records (a sampler deciding on start attributes sees none): a run
+// can be a single entry, and the relay must not pay for spans it drops.
 func (h outboxHooks) RunStarted(ctx context.Context, r outbox.RunStart) context.Context {
-	links := h.o.links(r.Entries)
-	ctx, _ = h.o.tracer.Start(ctx, "deliver "+r.Lane, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithLinks(links...),
-		trace.WithAttributes(
-			semconv.MessagingSystemKey.String(MessagingSystem),
-			semconv.MessagingOperationName("deliver"),
-			semconv.MessagingOperationTypeSend,
-			semconv.MessagingDestinationName(r.Lane),
-			semconv.MessagingBatchMessageCount(len(r.Entries))))
+	a := h.o.lane(r.Lane)
+	ctx, span := h.o.tracer.Start(ctx, a.spanName, runStart...)
+	if span.IsRecording() {
+		span.SetAttributes(a.spanAttrs...)
+	}
 	return ctx
 }
 
 func (h outboxHooks) RunEnded(ctx context.Context, r outbox.RunEnd) {
 	o := h.o
 	a := o.lane(r.Lane)
-	if r.Delivered > 0 {
-		o.sent.Add(ctx, int64(r.Delivered), a.deliver)
-	}
-	if r.Parked > 0 {
-		o.parked.Add(ctx, int64(r.Parked), a.lane)
-	}
-	if r.Retried > 0 {
-		o.retried.Add(ctx, int64(r.Retried), a.lane)
-	}
-	if r.Entries > r.Parked || r.Err != nil { // a processor ran: not a lane without one
-		if r.Err != nil {
-			o.runDuration.Record(ctx, r.Took.Seconds(), a.deliver, metric.WithAttributes(semconv.ErrorTypeKey.String(errorType(r.Err))))
-		} else {
-			o.runDuration.Record(ctx, r.Took.Seconds(), a.deliver)
-		}
+	if t, ok := ctx.Value(passKey{}).(*passTally); ok {
+		t.add(a, r)
+	} else {
+		o.count(ctx, laneTally{a: a, delivered: int64(r.Delivered), parked: int64(r.Parked), retried: int64(r.Retried)})
 	}
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(KeyDelivered.Int(r.Delivered), KeyParked.Int(r.Parked), KeyRetried.Int(r.Retried))
+	span.SetAttributes(semconv.MessagingBatchMessageCount(r.Entries),
+		KeyDelivered.Int(r.Delivered), KeyParked.Int(r.Parked), KeyRetried.Int(r.Retried))
 	switch {
 	case r.Err != nil:
 		span.RecordError(r.Err)
@@ -100,7 +142,7 @@ func (h outboxHooks) RunEnded(ctx context.Context, r outbox.RunEnd) {
 }
 
 func (h outboxHooks) Stuck(ctx context.Context, n outbox.Notice) {
-	h.o.stuck.Add(ctx, 1, h.o.lane(n.Lane).lane)
+	h.o.stuck.Add(ctx, 1, h.o.lane(n.Lane).laneAdd...)
 }
 
 func (h outboxHooks) LeaderChanged(_ context.Context, c outbox.LeaderChange) {

@@ -2,7 +2,6 @@ package otelbaton_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -25,31 +24,6 @@ func TestMetric_DeliveredEntriesPerLane(t *testing.T) {
 		synctest.Wait()
 		m := f.mustMetric("messaging.client.sent.messages", "{message}")
 		sameMap(t, m.Name, sums(t, m), map[string]int64{deliverA: 3, deliverB: 2})
-	})
-}
-
-func TestMetric_DeliveryDurationPerRun(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t)
-		r := newOutboxRig(t, f)
-		r.commit("a", "a", "b")
-		failed := false
-		cfg := r.config(proc("a", 2*time.Second, nil), proc("b", time.Second, func(run []outbox.Entry) ([]outbox.Outcome, error) {
-			if !failed {
-				failed = true
-				return nil, errors.New("engine unreachable")
-			}
-			return every(len(run), outbox.Delivered()), nil
-		}))
-		r.run(cfg)
-		time.Sleep(cfg.ErrorDelay + 5*time.Second) // the retried run, after ErrorDelay
-		synctest.Wait()
-		m := f.mustMetric("messaging.client.operation.duration", "s")
-		sameMap(t, m.Name, histograms[float64](t, m), map[string]hist{
-			deliverA:                        {Count: 1, Sum: 2},
-			deliverB:                        {Count: 1, Sum: 1},
-			"error.type=_OTHER," + deliverB: {Count: 1, Sum: 1},
-		})
 	})
 }
 

@@ -9,7 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/core/workrow"
 	lockmem "github.com/baton-go/baton/locks/memory"
 )
 
@@ -79,13 +81,34 @@ const bareCursorKey = "bench_bare_cursor"
 // processor per lane, from the start of the table until n entries were
 // delivered or d passed.
 func (o *Outbox) DriverWalk(batch, n int, d time.Duration) System {
+	return o.ObservedDriverWalk("baton driver", nil, batch, n, d)
+}
+
+// Observed is how a system is observed: the hooks of each component, and
+// the wrapper of its lock provider. The zero value observes nothing.
+type Observed struct {
+	Outbox  outbox.Hooks
+	WorkRow workrow.Hooks
+	Locks   func(lock.Provider) lock.Provider
+}
+
+// ObservedDriverWalk is DriverWalk under another name, observed by obs
+// (nil: not observed).
+func (o *Outbox) ObservedDriverWalk(name string, obs *Observed, batch, n int, d time.Duration) System {
+	if obs == nil {
+		obs = &Observed{}
+	}
 	return System{
-		Name:    "baton driver",
+		Name:    name,
 		Prepare: o.ResetCursor,
 		Run: func(ctx context.Context) (Sample, error) {
-			locks, err := lockmem.New(lockmem.Options{})
+			mem, err := lockmem.New(lockmem.Options{})
 			if err != nil {
 				return Sample{}, err
+			}
+			var locks lock.Provider = mem
+			if obs.Locks != nil {
+				locks = obs.Locks(mem)
 			}
 			c := NewCounter(int64(n))
 			var procs []outbox.Processor
@@ -102,6 +125,7 @@ func (o *Outbox) DriverWalk(batch, n int, d time.Duration) System {
 			drv, err := outbox.New(outbox.Config{
 				Store: o.Store, Locks: locks, BatchSize: batch, RetentionDisabled: true, Processors: procs,
 				Notify: func(context.Context, outbox.Notice) error { return nil },
+				Hooks:  obs.Outbox,
 			})
 			if err != nil {
 				return Sample{}, err
