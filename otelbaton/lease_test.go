@@ -38,17 +38,25 @@ func newManager(t *testing.T, f *fixture, store lease.Store, id string) *lease.M
 	return m
 }
 
+// startCut starts a manager of the role "maintenance" over a cuttable
+// store, and returns the store.
+func startCut(t *testing.T, f *fixture) *cuttableLeases {
+	t.Helper()
+	store := &cuttableLeases{LeaseStore: memory.NewLeaseStore(memory.LeaseStoreOptions{})}
+	m := newManager(t, f, store, instance)
+	if _, err := m.Register("maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
 func TestMetric_HeartbeatDuration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
-		store := &cuttableLeases{LeaseStore: memory.NewLeaseStore(memory.LeaseStoreOptions{})}
-		m := newManager(t, f, store, instance)
-		if _, err := m.Register("maintenance"); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		startCut(t, f)
 		time.Sleep(2*lease.DefaultRenewInterval + time.Second) // heartbeats at 0, 5 s and 10 s
 		synctest.Wait()
 		got := f.mustMetric("baton.lease.heartbeat.duration", "s")
@@ -62,14 +70,7 @@ func TestMetric_HeartbeatDuration(t *testing.T) {
 func TestMetric_HeartbeatFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
-		store := &cuttableLeases{LeaseStore: memory.NewLeaseStore(memory.LeaseStoreOptions{})}
-		m := newManager(t, f, store, instance)
-		if _, err := m.Register("maintenance"); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		store := startCut(t, f)
 		synctest.Wait()
 		store.down.Store(true)
 		time.Sleep(4 * lease.DefaultRenewInterval) // at 5, 10, 15 and 20 s

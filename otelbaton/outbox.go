@@ -104,10 +104,15 @@ func (h outboxHooks) PassEnded(ctx context.Context, p outbox.PassEnd) {
 
 var runStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
 
-// RunStarted starts the run's span. Its attributes are set only on a span
-// that records (a sampler deciding on start attributes sees none): a run
-// can be a single entry, and the relay must not pay for spans it drops.
+// RunStarted starts the run's span, under a pass span that records: the
+// runs of a pass are traced with it or not at all. A run can be a single
+// entry, and the relay must not pay for spans nobody keeps. The attributes
+// are set once the span records (a sampler deciding on start attributes
+// sees none).
 func (h outboxHooks) RunStarted(ctx context.Context, r outbox.RunStart) context.Context {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx
+	}
 	a := h.o.lane(r.Lane)
 	ctx, span := h.o.tracer.Start(ctx, a.spanName, runStart...)
 	if span.IsRecording() {

@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"testing/synctest"
@@ -19,30 +18,6 @@ func probe(t *testing.T, d *outbox.Driver) (live, ready health.Report) {
 		t.Fatal(err)
 	}
 	return h.Check(health.ProbeLive, time.Now()), h.Check(health.ProbeReady, time.Now())
-}
-
-// startDriver runs a driver and returns it with the func that stops it.
-func (r *rig) startDriver(cfg outbox.Config) (*outbox.Driver, func()) {
-	r.t.Helper()
-	d, err := outbox.New(cfg)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		d.Run(ctx)
-	}()
-	stop := func() { cancel(); <-done }
-	r.t.Cleanup(func() {
-		select {
-		case <-done:
-		default:
-			stop()
-		}
-	})
-	return d, stop
 }
 
 func role(s health.Status) health.Role {

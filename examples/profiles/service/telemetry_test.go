@@ -2,7 +2,6 @@ package service
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,29 +9,6 @@ import (
 	"github.com/baton-go/baton/core/health"
 	"github.com/baton-go/baton/graph"
 )
-
-// get fetches path from the instance with token, returning the status and
-// the body.
-func (c *cluster) get(t *testing.T, inst *instance, path, token string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, inst.info.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s on %s: %v", path, inst.name, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
 
 // Both instances, the one that leads and the one that stands by, are live
 // and ready, with no token; each reports its outbox and lease roles.
@@ -79,7 +55,8 @@ func TestProfiles_MetricsCountDeliveriesAndRoles(t *testing.T) {
 		held = 0
 		sent := 0
 		for _, inst := range []*instance{c.a, c.b} {
-			code, body := c.get(t, inst, "/metrics", adminToken)
+			code, raw := c.send(t, inst, http.MethodGet, "/metrics", adminToken, nil)
+			body := string(raw)
 			if code != http.StatusOK {
 				return fmt.Errorf("GET /metrics on %s: %d", inst.name, code)
 			}
