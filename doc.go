@@ -7,5 +7,14 @@
 //     store (memory, PostgreSQL with pgx, Redis);
 //   - conformance: the suites every adapter passes.
 //
+// The PostgreSQL adapters are backends/pgxstore (stores on pgx),
+// backends/bunstore (stores on bun) and locks/pglock (advisory locks).
+//
+// Every package speaks one vocabulary, which core/config states: Config for
+// core components, Options for adapter constructors, NewX constructors
+// returning (T, error), defaults filled in by withDefaults before validate
+// checks, refusals as *config.FieldError naming the field, and long-running
+// components that block in Run(ctx) until ctx ends.
+//
 // See README.md and docs/ for what each capability does and how to wire it.
 package baton

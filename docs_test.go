@@ -83,11 +83,11 @@ var docImports = map[string]string{
 	"outbox":      module + "/core/outbox",
 	"projection":  module + "/core/projection",
 	"workrow":     module + "/core/workrow",
-	"postgres":    module + "/backends/postgres",
-	"pg":          module + "/locks/pg",
+	"pgxstore":    module + "/backends/pgxstore",
+	"pglock":      module + "/locks/pglock",
 	"graph":       module + "/graph",
 	"graphtest":   module + "/graph/graphtest",
-	"bunorm":      module + "/backends/bunorm",
+	"bunstore":    module + "/backends/bunstore",
 	"conformance": module + "/conformance",
 	"testenv":     module + "/internal/testenv",
 	// drivers
@@ -183,7 +183,7 @@ func TestDocs_ABrokenBlockIsReportedAtItsMarkdownLine(t *testing.T) {
 		"use provider", // 28
 		"-->",          // 29
 		"```go",        // 30
-		"provider, err := lockmem.New(lockmem.Options{})", // 31
+		"provider, err := lockmem.NewProvider(lockmem.Options{})", // 31
 		"return err", // 32
 		"```",        // 33
 	}, "\n")

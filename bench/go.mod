@@ -8,6 +8,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/baton-go/baton v0.0.0
+	github.com/baton-go/baton/otelbaton v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
@@ -26,7 +27,6 @@ require (
 )
 
 require (
-	github.com/baton-go/baton/otelbaton v0.0.0
 	github.com/bsm/redislock v0.10.0 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -39,7 +39,7 @@ func observed(sampler sdktrace.Sampler) (*benchkit.Observed, func(), error) {
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	}
-	obs, err := otelbaton.New(otelbaton.Options{MeterProvider: mp, TracerProvider: tp, Instance: "bench"})
+	obs, err := otelbaton.NewObserver(otelbaton.Options{MeterProvider: mp, TracerProvider: tp, Instance: "bench"})
 	if err != nil {
 		stop()
 		return nil, nil, err

@@ -28,7 +28,11 @@ func TestCountingStore_Conformance(t *testing.T) {
 	conformance.RunLeaseStore(t, func(t *testing.T) conformance.LeaseHarness {
 		// A store of its own for every subtest: the subtests run in
 		// parallel, and each starts from nothing.
-		st := &countingStore{Store: memory.NewLeaseStore(memory.LeaseStoreOptions{})}
+		memLeases, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := &countingStore{Store: memLeases}
 		t.Cleanup(func() { t.Logf("%d heartbeats", st.heartbeats.Load()) })
 		return conformance.LeaseHarness{Store: st}
 	}, conformance.LeaseFeatures{NoReleaseWatch: true})

@@ -246,7 +246,13 @@ func newReleaseForgets() *releaseForgets {
 
 // scratch checks requests: a throwaway store rejects what the real one
 // would, so bad input still writes nothing.
-func scratch() *memory.LeaseStore { return memory.NewLeaseStore(memory.LeaseStoreOptions{}) }
+func scratch() *memory.LeaseStore {
+	st, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		panic(err)
+	}
+	return st
+}
 
 func (b *releaseForgets) store(role string, create bool) *memory.LeaseStore {
 	b.mu.Lock()

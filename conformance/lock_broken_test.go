@@ -118,7 +118,7 @@ type noExclusion struct{ p *lockmem.Provider }
 func (b noExclusion) Acquire(ctx context.Context, name string, o lock.AcquireOptions) (lock.Lock, error) {
 	l, err := b.p.Acquire(ctx, name, lock.AcquireOptions{})
 	if errors.Is(err, lock.ErrNotAcquired) {
-		fresh, _ := lockmem.New(lockmem.Options{})
+		fresh, _ := lockmem.NewProvider(lockmem.Options{})
 		return fresh.Acquire(ctx, name, o)
 	}
 	return l, err

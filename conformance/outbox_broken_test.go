@@ -157,6 +157,10 @@ func TestRunOutboxStore_FailsEveryBrokenStore(t *testing.T) { outboxBroken().run
 func TestBrokenOutboxStoreChild(t *testing.T) {
 	v := chosen(t, outboxBroken().env, outboxVariants)
 	conformance.RunOutboxStore(t, func(t *testing.T) conformance.OutboxHarness {
-		return v.harness(memory.NewOutboxStore(memory.OutboxStoreOptions{}))
+		memOutbox, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.harness(memOutbox)
 	}, outboxFeatures)
 }

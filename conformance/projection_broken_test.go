@@ -80,7 +80,11 @@ func TestRunProjectionStore_FailsEveryBrokenStore(t *testing.T) { projectionBrok
 func TestBrokenProjectionStoreChild(t *testing.T) {
 	v := chosen(t, projectionBroken().env, projectionVariants)
 	conformance.RunProjectionStore(t, func(t *testing.T) conformance.ProjectionHarness {
-		h := projectionHarness(v.store(memory.NewProjectionStore(memory.ProjectionStoreOptions{})))
+		memProjections, err := memory.NewProjectionStore(memory.ProjectionStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := projectionHarness(v.store(memProjections))
 		if v.harness != nil {
 			v.harness(&h)
 		}

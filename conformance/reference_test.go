@@ -117,7 +117,7 @@ var (
 
 func newLockProvider(t *testing.T) *lockmem.Provider {
 	t.Helper()
-	p, err := lockmem.New(lockmem.Options{TTL: 600 * time.Millisecond, SafetyMargin: 100 * time.Millisecond})
+	p, err := lockmem.NewProvider(lockmem.Options{TTL: 600 * time.Millisecond, SafetyMargin: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,11 @@ func (c *leaseClock) pinned(at time.Time, f func()) {
 
 func newLeaseStore() (*memory.LeaseStore, *leaseClock) {
 	clk := &leaseClock{}
-	return memory.NewLeaseStore(memory.LeaseStoreOptions{Now: clk.now}), clk
+	memLeases, err := memory.NewLeaseStore(memory.LeaseStoreOptions{Now: clk.now})
+	if err != nil {
+		panic(err)
+	}
+	return memLeases, clk
 }
 
 func leaseHarness(st lease.Store) conformance.LeaseHarness {
@@ -245,7 +249,11 @@ var outboxFeatures = conformance.OutboxFeatures{VisibilityWait: 2 * time.Second}
 func TestRunOutboxStore_PassesTheMemoryStore(t *testing.T) {
 	skipInChild(t)
 	conformance.RunOutboxStore(t, func(t *testing.T) conformance.OutboxHarness {
-		return outboxHarness(memory.NewOutboxStore(memory.OutboxStoreOptions{}))
+		memOutbox, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outboxHarness(memOutbox)
 	}, outboxFeatures)
 }
 
@@ -264,7 +272,11 @@ func projectionHarness(st projection.Store) conformance.ProjectionHarness {
 func TestRunProjectionStore_PassesTheMemoryStore(t *testing.T) {
 	skipInChild(t)
 	conformance.RunProjectionStore(t, func(t *testing.T) conformance.ProjectionHarness {
-		return projectionHarness(memory.NewProjectionStore(memory.ProjectionStoreOptions{}))
+		memProjections, err := memory.NewProjectionStore(memory.ProjectionStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return projectionHarness(memProjections)
 	}, conformance.ProjectionFeatures{})
 }
 

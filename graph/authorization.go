@@ -11,7 +11,7 @@ import (
 type AuthorizationClient struct{ c *client }
 
 // NewAuthorizationClient checks cfg and returns a client.
-func NewAuthorizationClient(cfg ClientConfig) (*AuthorizationClient, error) {
+func NewAuthorizationClient(cfg ClientOptions) (*AuthorizationClient, error) {
 	c, err := newClient(cfg)
 	if err != nil {
 		return nil, err

@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// ClientConfig configures AuthorizationClient, DefinitionsClient,
+// ClientOptions configures AuthorizationClient, DefinitionsClient,
 // RegistrationClient and GrantsClient.
-type ClientConfig struct {
+type ClientOptions struct {
 	// BaseURL is the engine's base address, checked like
-	// ProcessorConfig.DeliveryURL. Required.
+	// ProcessorOptions.DeliveryURL. Required.
 	BaseURL string
 	// Client sends the requests and carries this service's credentials.
 	// Required; pass http.DefaultClient explicitly for an engine that needs
@@ -32,15 +32,36 @@ type client struct {
 	timeout time.Duration
 }
 
-func newClient(cfg ClientConfig) (*client, error) {
-	base, err := parseBaseURL("BaseURL", cfg.BaseURL)
-	if err != nil {
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c ClientOptions) withDefaults() ClientOptions {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
+
+// validate checks options that have their defaults.
+func (c ClientOptions) validate() error {
+	if _, err := checkURL("BaseURL", c.BaseURL, false); err != nil {
+		return err
+	}
+	if c.Client == nil {
+		return errNoClient
+	}
+	return checkTimeout("Timeout", c.Timeout)
+}
+
+// errNoClient refuses a nil Client, of clients and processors alike.
+var errNoClient = invalidOptions("Client", "is nil; pass the *http.Client that carries this service's credentials (http.DefaultClient if the engine needs none)")
+
+func newClient(cfg ClientOptions) (*client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Client == nil {
-		return nil, invalidConfig("Client is nil; pass the *http.Client that carries this service's credentials (http.DefaultClient if the engine needs none)")
-	}
-	if err := checkTimeout("Timeout", &cfg.Timeout); err != nil {
+	base, err := parseBaseURL("BaseURL", cfg.BaseURL)
+	if err != nil {
 		return nil, err
 	}
 	return &client{base: base, hc: noRedirects(cfg.Client), timeout: cfg.Timeout}, nil

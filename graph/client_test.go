@@ -24,8 +24,8 @@ var model = graph.Definitions{EntityTypes: []graph.EntityType{
 	{Name: "tenant", Permissions: []graph.Permission{{Name: "read", Bit: 5}}},
 }}
 
-func clientConfig(e *graphtest.Engine) graph.ClientConfig {
-	return graph.ClientConfig{BaseURL: e.URL(), Client: e.Client()}
+func clientConfig(e *graphtest.Engine) graph.ClientOptions {
+	return graph.ClientOptions{BaseURL: e.URL(), Client: e.Client()}
 }
 
 func TestAuthorizationClient_AnswersFromGrantsAndDefinitions(t *testing.T) {
@@ -89,7 +89,7 @@ func TestAuthorizationClient_AnswerWithoutAllowedIsInvalid(t *testing.T) {
 		_, _ = io.WriteString(w, `{"allow": true}`)
 	}))
 	defer srv.Close()
-	c, _ := graph.NewAuthorizationClient(graph.ClientConfig{BaseURL: srv.URL, Client: srv.Client()})
+	c, _ := graph.NewAuthorizationClient(graph.ClientOptions{BaseURL: srv.URL, Client: srv.Client()})
 	allowed, err := c.Check(context.Background(), graph.PermissionCheck{SubjectType: "u", SubjectID: "1", Permission: "p", ResourceType: "r", ResourceID: "1"})
 	if !errors.Is(err, graph.ErrInvalidResponse) || allowed {
 		t.Errorf("Check = %v, %v; want false, ErrInvalidResponse", allowed, err)
@@ -152,7 +152,7 @@ func TestDefinitionsClient_RefusesBrokenModels(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, body)
 		}))
-		c, _ := graph.NewDefinitionsClient(graph.ClientConfig{BaseURL: srv.URL, Client: srv.Client()})
+		c, _ := graph.NewDefinitionsClient(graph.ClientOptions{BaseURL: srv.URL, Client: srv.Client()})
 		_, err := c.Definitions(context.Background())
 		if !errors.Is(err, graph.ErrInvalidResponse) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v; want ErrInvalidResponse with %q", body, err, want)
@@ -273,7 +273,7 @@ func TestGrantsClient_RefusesMalformedAnswers(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, body)
 		}))
-		c, _ := graph.NewGrantsClient(graph.ClientConfig{BaseURL: srv.URL, Client: srv.Client()})
+		c, _ := graph.NewGrantsClient(graph.ClientOptions{BaseURL: srv.URL, Client: srv.Client()})
 		got, err := c.Grants(context.Background(), "user", "u1")
 		if !errors.Is(err, graph.ErrInvalidResponse) || !strings.Contains(err.Error(), want) || got != nil {
 			t.Errorf("%s: Grants = %v, %v; want nil, ErrInvalidResponse with %q", body, got, err, want)
@@ -320,14 +320,14 @@ func TestClients_TimeoutAndCancellation(t *testing.T) {
 
 func TestClients_ValidateConfig(t *testing.T) {
 	cases := []struct {
-		cfg  graph.ClientConfig
+		cfg  graph.ClientOptions
 		want string
 	}{
-		{graph.ClientConfig{Client: http.DefaultClient}, "BaseURL is empty"},
-		{graph.ClientConfig{BaseURL: "graph:80", Client: http.DefaultClient}, "BaseURL"},
-		{graph.ClientConfig{BaseURL: "https://g/?x", Client: http.DefaultClient}, "BaseURL \"https://g/?…\" has a query"},
-		{graph.ClientConfig{BaseURL: "https://g"}, "Client is nil"},
-		{graph.ClientConfig{BaseURL: "https://g", Client: http.DefaultClient, Timeout: -1}, "Timeout"},
+		{graph.ClientOptions{Client: http.DefaultClient}, "BaseURL is empty"},
+		{graph.ClientOptions{BaseURL: "graph:80", Client: http.DefaultClient}, "BaseURL"},
+		{graph.ClientOptions{BaseURL: "https://g/?x", Client: http.DefaultClient}, "BaseURL \"https://g/?…\" has a query"},
+		{graph.ClientOptions{BaseURL: "https://g"}, "Client is nil"},
+		{graph.ClientOptions{BaseURL: "https://g", Client: http.DefaultClient, Timeout: -1}, "Timeout"},
 	}
 	for _, c := range cases {
 		var errs []error
@@ -340,8 +340,8 @@ func TestClients_ValidateConfig(t *testing.T) {
 		_, err = graph.NewGrantsClient(c.cfg)
 		errs = append(errs, err)
 		for _, err := range errs {
-			if !errors.Is(err, graph.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("%+v: err = %v; want ErrInvalidConfig with %q", c.cfg, err, c.want)
+			if !errors.Is(err, graph.ErrInvalidOptions) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%+v: err = %v; want ErrInvalidOptions with %q", c.cfg, err, c.want)
 			}
 		}
 	}

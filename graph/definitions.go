@@ -140,7 +140,7 @@ func (d Definitions) Mask(entityType string, permissions ...string) (uint64, err
 type DefinitionsClient struct{ c *client }
 
 // NewDefinitionsClient checks cfg and returns a client.
-func NewDefinitionsClient(cfg ClientConfig) (*DefinitionsClient, error) {
+func NewDefinitionsClient(cfg ClientOptions) (*DefinitionsClient, error) {
 	c, err := newClient(cfg)
 	if err != nil {
 		return nil, err

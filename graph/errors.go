@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 var (
-	// ErrInvalidConfig is returned, wrapped with the field and the reason,
+	// ErrInvalidOptions is returned, wrapped with the field and the reason,
 	// by the constructors for configuration they cannot run with.
-	ErrInvalidConfig = errors.New("baton/graph: invalid config")
+	ErrInvalidOptions = errors.New("baton/graph: invalid options")
 
 	// ErrInvalidPayload is returned, wrapped with the field and the reason,
 	// for a lane payload that must not be enqueued. A processor parks an
@@ -36,7 +38,7 @@ type StatusError struct {
 	// StatusCode is the HTTP status the engine answered.
 	StatusCode int
 	// Body is the start of the response body (at most DefaultBodyExcerpt
-	// bytes for clients, ProcessorConfig.BodyExcerpt for processors), for
+	// bytes for clients, ProcessorOptions.BodyExcerpt for processors), for
 	// diagnosis; it may be cut.
 	Body string
 	// Path is the request path, without the base URL.
@@ -53,8 +55,8 @@ func (e *StatusError) Error() string {
 	return s
 }
 
-func invalidConfig(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+func invalidOptions(field, format string, args ...any) error {
+	return config.Invalid(ErrInvalidOptions, field, format, args...)
 }
 
 func invalidPayload(format string, args ...any) error {

@@ -16,7 +16,10 @@ import (
 // hands each one to its lane's processor, which is what the outbox driver
 // does (processors go into outbox.Config{Processors: procs, …}).
 func ExampleStandardProcessors() {
-	engine := graphtest.NewEngine() // the engine's real address in production
+	engine, err := graphtest.NewEngine() // the engine's real address in production
+	if err != nil {
+		panic(err)
+	}
 	defer engine.Close()
 	ctx := context.Background()
 
@@ -24,14 +27,14 @@ func ExampleStandardProcessors() {
 	// after its write to the device row. With PostgreSQL the enqueue
 	// function is a closure over the transaction:
 	//	func(ctx context.Context, id outbox.ID, lane string, p []byte) error {
-	//		return postgres.Enqueue(ctx, tx, id, lane, p)
+	//		return pgxstore.Enqueue(ctx, tx, id, lane, p)
 	//	}
 	var table []outbox.Entry
 	enqueue := func(_ context.Context, id outbox.ID, lane string, payload []byte) error {
 		table = append(table, outbox.Entry{ID: id, Lane: lane, Payload: payload})
 		return nil
 	}
-	err := graph.EnqueueInit(ctx, enqueue, outbox.NewID(), graph.InitPayload{
+	err = graph.EnqueueInit(ctx, enqueue, outbox.NewID(), graph.InitPayload{
 		ResourceType: "device",
 		ResourceID:   "d1",
 		Relations:    []graph.Relation{{Relation: "owner", SubjectType: "user", SubjectID: "u1"}},
@@ -46,7 +49,7 @@ func ExampleStandardProcessors() {
 	}
 
 	// Driver side.
-	procs, err := graph.StandardProcessors(graph.ProcessorConfig{
+	procs, err := graph.StandardProcessors(graph.ProcessorOptions{
 		DeliveryURL: engine.URL(),
 		Client:      engine.Client(), // carries this service's credentials in production
 	})
@@ -84,8 +87,11 @@ func (b *bearerToken) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // Credentials live in the caller's *http.Client. Without them the engine
 // answers 401, which is a retry: the outbox stalls until they are fixed.
-func ExampleProcessorConfig_bearerToken() {
-	engine := graphtest.NewEngine()
+func ExampleProcessorOptions_bearerToken() {
+	engine, err := graphtest.NewEngine()
+	if err != nil {
+		panic(err)
+	}
 	defer engine.Close()
 	engine.RequireBearer("service-token")
 
@@ -98,7 +104,7 @@ func ExampleProcessorConfig_bearerToken() {
 		engine.Client(), // no credentials
 		{Transport: &bearerToken{token: "service-token", next: engine.Client().Transport}},
 	} {
-		procs, err := graph.StandardProcessors(graph.ProcessorConfig{DeliveryURL: engine.URL(), Client: client})
+		procs, err := graph.StandardProcessors(graph.ProcessorOptions{DeliveryURL: engine.URL(), Client: client})
 		if err != nil {
 			panic(err)
 		}
@@ -113,7 +119,10 @@ func ExampleProcessorConfig_bearerToken() {
 
 // Reading a subject's grants and testing them against the model's bits.
 func ExampleGrantsClient() {
-	engine := graphtest.NewEngine()
+	engine, err := graphtest.NewEngine()
+	if err != nil {
+		panic(err)
+	}
 	defer engine.Close()
 	engine.SetDefinitions(graph.Definitions{EntityTypes: []graph.EntityType{{
 		Name:        "device",
@@ -124,7 +133,7 @@ func ExampleGrantsClient() {
 		{ResourceType: "device", ResourceID: "d2", Mask: 0b01},
 	})
 	ctx := context.Background()
-	cfg := graph.ClientConfig{BaseURL: engine.URL(), Client: engine.Client()}
+	cfg := graph.ClientOptions{BaseURL: engine.URL(), Client: engine.Client()}
 	defsClient, err := graph.NewDefinitionsClient(cfg)
 	if err != nil {
 		panic(err)
@@ -157,14 +166,17 @@ func ExampleGrantsClient() {
 
 // One permission question, and the typed error for a refused one.
 func ExampleAuthorizationClient_Check() {
-	engine := graphtest.NewEngine()
+	engine, err := graphtest.NewEngine()
+	if err != nil {
+		panic(err)
+	}
 	defer engine.Close()
 	engine.SetDefinitions(graph.Definitions{EntityTypes: []graph.EntityType{{
 		Name: "device", Permissions: []graph.Permission{{Name: "read", Bit: 0}},
 	}}})
 	engine.SetGrants("user", "u1", []graph.Grant{{ResourceType: "device", ResourceID: "d1", Mask: 1}})
 
-	authz, err := graph.NewAuthorizationClient(graph.ClientConfig{BaseURL: engine.URL(), Client: engine.Client()})
+	authz, err := graph.NewAuthorizationClient(graph.ClientOptions{BaseURL: engine.URL(), Client: engine.Client()})
 	if err != nil {
 		panic(err)
 	}

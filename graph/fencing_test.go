@@ -23,12 +23,15 @@ func TestDeposedLeader_IsRefusedByTheEngineAndSettlesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e := graphtest.New(t)
-	store := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	store, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
 
 	// Two providers that do not know of each other: both grant the leader
+	if err != nil {
+		t.Fatal(err)
+	}
 	// lock, A with token 1, B (after four earlier acquisitions) with 5.
-	provA, _ := locksmemory.New(locksmemory.Options{})
-	provB, _ := locksmemory.New(locksmemory.Options{})
+	provA, _ := locksmemory.NewProvider(locksmemory.Options{})
+	provB, _ := locksmemory.NewProvider(locksmemory.Options{})
 	for range 4 {
 		l, err := provB.Acquire(ctx, outbox.DefaultLeaderLockName, lock.AcquireOptions{})
 		if err != nil {
@@ -62,11 +65,11 @@ func TestDeposedLeader_IsRefusedByTheEngineAndSettlesNothing(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	start := func(p lock.Provider) {
-		procs, err := graph.StandardProcessors(graph.ProcessorConfig{DeliveryURL: e.URL(), Client: e.Client()})
+		procs, err := graph.StandardProcessors(graph.ProcessorOptions{DeliveryURL: e.URL(), Client: e.Client()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := outbox.New(outbox.Config{
+		d, err := outbox.NewDriver(outbox.Config{
 			Store: store, Locks: p, Processors: procs,
 			Notify:    func(context.Context, outbox.Notice) error { return nil },
 			IdleDelay: 10 * time.Millisecond, ErrorDelay: 10 * time.Millisecond, LeaderWait: 100 * time.Millisecond,

@@ -34,7 +34,7 @@ type Grants struct {
 type GrantsClient struct{ c *client }
 
 // NewGrantsClient checks cfg and returns a client.
-func NewGrantsClient(cfg ClientConfig) (*GrantsClient, error) {
+func NewGrantsClient(cfg ClientOptions) (*GrantsClient, error) {
 	c, err := newClient(cfg)
 	if err != nil {
 		return nil, err

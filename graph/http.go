@@ -23,7 +23,7 @@ const (
 	// is kept in a StatusError and a park or retry reason: enough for the
 	// engine's error message, small enough for a dead letter's error column.
 	DefaultBodyExcerpt = 512
-	// MaxBodyExcerpt bounds ProcessorConfig.BodyExcerpt.
+	// MaxBodyExcerpt bounds ProcessorOptions.BodyExcerpt.
 	MaxBodyExcerpt = 64 << 10
 )
 
@@ -68,26 +68,26 @@ const drainLimit = 64 << 10
 // allowQuery.
 func checkURL(field, s string, allowQuery bool) (*url.URL, error) {
 	if s == "" {
-		return nil, invalidConfig("%s is empty; set it to an absolute http or https URL such as https://graph.internal", field)
+		return nil, invalidOptions(field, "is empty; set it to an absolute http or https URL such as https://graph.internal")
 	}
 	u, err := url.Parse(s)
 	if err != nil {
 		// Not the whole *url.Error: it repeats the URL, which may hold a
 		// secret.
-		return nil, invalidConfig("%s is not a URL: %v", field, unwrapURLError(err))
+		return nil, invalidOptions(field, "is not a URL: %v", unwrapURLError(err))
 	}
 	shown := redacted(u)
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, invalidConfig("%s %q must be an absolute URL with scheme http or https", field, shown)
+		return nil, invalidOptions(field, "%q must be an absolute URL with scheme http or https", shown)
 	case u.Opaque != "" || u.Host == "":
-		return nil, invalidConfig("%s %q has no host", field, shown)
+		return nil, invalidOptions(field, "%q has no host", shown)
 	case u.User != nil:
-		return nil, invalidConfig("%s %q carries user information; attach credentials with the http.Client's RoundTripper instead", field, shown)
+		return nil, invalidOptions(field, "%q carries user information; attach credentials with the http.Client's RoundTripper instead", shown)
 	case u.Fragment != "" || strings.Contains(s, "#"):
-		return nil, invalidConfig("%s %q has a fragment; remove it", field, shown)
+		return nil, invalidOptions(field, "%q has a fragment; remove it", shown)
 	case !allowQuery && (u.RawQuery != "" || u.ForceQuery):
-		return nil, invalidConfig("%s %q has a query; it must be a base address only (request paths are appended to it)", field, shown)
+		return nil, invalidOptions(field, "%q has a query; it must be a base address only (request paths are appended to it)", shown)
 	}
 	return u, nil
 }
@@ -156,13 +156,10 @@ func excerpt(body io.Reader, n int) string {
 // connection can be reused.
 func drain(body io.Reader) { _, _ = io.CopyN(io.Discard, body, drainLimit) }
 
-// checkTimeout applies the default and rejects a negative timeout.
-func checkTimeout(field string, d *time.Duration) error {
-	switch {
-	case *d == 0:
-		*d = DefaultTimeout
-	case *d < 0:
-		return invalidConfig("%s is %v; it must be positive (zero means DefaultTimeout, %v)", field, *d, DefaultTimeout)
+// checkTimeout rejects a negative timeout.
+func checkTimeout(field string, d time.Duration) error {
+	if d < 0 {
+		return invalidOptions(field, "is %v; it must be positive (zero means DefaultTimeout, %v)", d, DefaultTimeout)
 	}
 	return nil
 }

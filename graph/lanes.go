@@ -134,7 +134,7 @@ func checkName(field, s string) error {
 // through a closure over the caller's transaction, for example:
 //
 //	enqueue := func(ctx context.Context, id outbox.ID, lane string, payload []byte) error {
-//		return postgres.Enqueue(ctx, tx, id, lane, payload)
+//		return pgxstore.Enqueue(ctx, tx, id, lane, payload)
 //	}
 type EnqueueFunc func(ctx context.Context, id outbox.ID, lane string, payload []byte) error
 

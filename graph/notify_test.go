@@ -91,8 +91,8 @@ func TestWebhookNotifier_ValidatesURL(t *testing.T) {
 		"mailto:ops@example.com": "scheme http or https",
 		"https:///path-only":     "has no host",
 	} {
-		if _, err := graph.WebhookNotifier(u, nil); !errors.Is(err, graph.ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
-			t.Errorf("WebhookNotifier(%q) = %v; want ErrInvalidConfig with %q", u, err, want)
+		if _, err := graph.WebhookNotifier(u, nil); !errors.Is(err, graph.ErrInvalidOptions) || !strings.Contains(err.Error(), want) {
+			t.Errorf("WebhookNotifier(%q) = %v; want ErrInvalidOptions with %q", u, err, want)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/baton-go/baton/core/outbox"
 )
 
-// Defaults for ProcessorConfig.
+// Defaults for ProcessorOptions.
 const (
 	// DefaultMaxRetryAfter caps a Retry-After the engine sends with 429 or
 	// 503. The whole outbox waits behind the entry, so one header asking
@@ -28,8 +28,8 @@ const (
 	MinRetryAfter = time.Second
 )
 
-// ProcessorConfig configures StandardProcessors.
-type ProcessorConfig struct {
+// ProcessorOptions configures StandardProcessors.
+type ProcessorOptions struct {
 	// DeliveryURL is the engine's base address, such as
 	// https://graph.internal or https://gateway.internal/graph; the lane
 	// paths are appended to it. Required: absolute http or https, with a
@@ -58,32 +58,40 @@ type ProcessorConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *ProcessorConfig) validate() error {
-	var err error
-	if c.DeliveryURL, err = parseBaseURL("DeliveryURL", c.DeliveryURL); err != nil {
-		return err
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c ProcessorOptions) withDefaults() ProcessorOptions {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
 	}
-	if c.Client == nil {
-		return invalidConfig("Client is nil; pass the *http.Client that carries this service's credentials (http.DefaultClient if the engine needs none)")
-	}
-	c.Client = noRedirects(c.Client)
-	if err := checkTimeout("Timeout", &c.Timeout); err != nil {
-		return err
-	}
-	switch {
-	case c.BodyExcerpt == 0:
+	if c.BodyExcerpt == 0 {
 		c.BodyExcerpt = DefaultBodyExcerpt
-	case c.BodyExcerpt < 0 || c.BodyExcerpt > MaxBodyExcerpt:
-		return invalidConfig("BodyExcerpt is %d; it must be between 1 and %d bytes", c.BodyExcerpt, MaxBodyExcerpt)
 	}
-	switch {
-	case c.MaxRetryAfter == 0:
+	if c.MaxRetryAfter == 0 {
 		c.MaxRetryAfter = DefaultMaxRetryAfter
-	case c.MaxRetryAfter < MinRetryAfter:
-		return invalidConfig("MaxRetryAfter is %v; it must be at least %v", c.MaxRetryAfter, MinRetryAfter)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks options that have their defaults.
+func (c ProcessorOptions) validate() error {
+	if _, err := checkURL("DeliveryURL", c.DeliveryURL, false); err != nil {
+		return err
+	}
+	if c.Client == nil {
+		return errNoClient
+	}
+	if err := checkTimeout("Timeout", c.Timeout); err != nil {
+		return err
+	}
+	switch {
+	case c.BodyExcerpt < 0 || c.BodyExcerpt > MaxBodyExcerpt:
+		return invalidOptions("BodyExcerpt", "is %d; it must be between 1 and %d bytes", c.BodyExcerpt, MaxBodyExcerpt)
+	case c.MaxRetryAfter < MinRetryAfter:
+		return invalidOptions("MaxRetryAfter", "is %v; it must be at least %v", c.MaxRetryAfter, MinRetryAfter)
 	}
 	return nil
 }
@@ -92,10 +100,16 @@ func (c *ProcessorConfig) validate() error {
 // ready for outbox.Config.Processors. cfg is checked here, so a wrong
 // DeliveryURL fails at startup instead of parking or stalling entries
 // later.
-func StandardProcessors(cfg ProcessorConfig) ([]outbox.Processor, error) {
+func StandardProcessors(cfg ProcessorOptions) ([]outbox.Processor, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	var err error
+	if cfg.DeliveryURL, err = parseBaseURL("DeliveryURL", cfg.DeliveryURL); err != nil {
+		return nil, err
+	}
+	cfg.Client = noRedirects(cfg.Client)
 	return []outbox.Processor{
 		&processor{lane: LaneInit, cfg: cfg, build: buildInit},
 		&processor{lane: LaneMetadata, cfg: cfg, build: buildMetadata},
@@ -129,7 +143,7 @@ func buildMetadata(payload []byte) (request, error) {
 // processor delivers one standard lane over HTTP.
 type processor struct {
 	lane  string
-	cfg   ProcessorConfig
+	cfg   ProcessorOptions
 	build func(payload []byte) (request, error)
 }
 

@@ -17,9 +17,9 @@ import (
 )
 
 // processors returns the init and metadata processors for the engine.
-func processors(t *testing.T, e *graphtest.Engine, edit ...func(*graph.ProcessorConfig)) (initP, metaP outbox.Processor) {
+func processors(t *testing.T, e *graphtest.Engine, edit ...func(*graph.ProcessorOptions)) (initP, metaP outbox.Processor) {
 	t.Helper()
-	cfg := graph.ProcessorConfig{DeliveryURL: e.URL(), Client: e.Client()}
+	cfg := graph.ProcessorOptions{DeliveryURL: e.URL(), Client: e.Client()}
 	for _, f := range edit {
 		f(&cfg)
 	}
@@ -164,7 +164,7 @@ func TestProcessor_RedeliveryIsAcknowledgedOnce(t *testing.T) {
 
 func TestProcessor_ParksOn409WithBodyExcerpt(t *testing.T) {
 	e := graphtest.New(t)
-	initP, _ := processors(t, e, func(c *graph.ProcessorConfig) { c.BodyExcerpt = 40 })
+	initP, _ := processors(t, e, func(c *graph.ProcessorOptions) { c.BodyExcerpt = 40 })
 	body := `{"error":"resource device/d1 exists"}` + strings.Repeat("x", 1000)
 	e.Inject(graphtest.PathInit, graphtest.Fault{Status: 409, Body: body})
 
@@ -254,7 +254,7 @@ func TestProcessor_RetryUsesRetryAfterHTTPDateOn503(t *testing.T) {
 
 func TestProcessor_RetryAfterIsCappedAndFloored(t *testing.T) {
 	e := graphtest.New(t)
-	initP, _ := processors(t, e, func(c *graph.ProcessorConfig) { c.MaxRetryAfter = time.Minute })
+	initP, _ := processors(t, e, func(c *graph.ProcessorOptions) { c.MaxRetryAfter = time.Minute })
 	cases := []struct {
 		header string
 		want   time.Duration
@@ -306,7 +306,7 @@ func TestProcessor_RetriesOnConnectionDrop(t *testing.T) {
 
 func TestProcessor_RetriesOnTimeout(t *testing.T) {
 	e := graphtest.New(t)
-	initP, _ := processors(t, e, func(c *graph.ProcessorConfig) { c.Timeout = 50 * time.Millisecond })
+	initP, _ := processors(t, e, func(c *graph.ProcessorOptions) { c.Timeout = 50 * time.Millisecond })
 	e.SetLatency(graphtest.PathInit, 10*time.Second)
 	start := time.Now()
 	o := deliverOne(t, initP, initEntry(t, "d1"))
@@ -464,7 +464,7 @@ func TestProcessor_AppendsPathsToBaseURLPath(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
-	procs, err := graph.StandardProcessors(graph.ProcessorConfig{DeliveryURL: srv.URL + "/engine/", Client: srv.Client()})
+	procs, err := graph.StandardProcessors(graph.ProcessorOptions{DeliveryURL: srv.URL + "/engine/", Client: srv.Client()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,36 +479,36 @@ func TestProcessor_AppendsPathsToBaseURLPath(t *testing.T) {
 }
 
 func TestStandardProcessors_ValidatesConfig(t *testing.T) {
-	ok := graph.ProcessorConfig{DeliveryURL: "https://graph.internal", Client: http.DefaultClient}
+	ok := graph.ProcessorOptions{DeliveryURL: "https://graph.internal", Client: http.DefaultClient}
 	cases := []struct {
 		name string
-		edit func(*graph.ProcessorConfig)
+		edit func(*graph.ProcessorOptions)
 		want string
 	}{
-		{"empty url", func(c *graph.ProcessorConfig) { c.DeliveryURL = "" }, "DeliveryURL is empty"},
-		{"no scheme", func(c *graph.ProcessorConfig) { c.DeliveryURL = "graph.internal" }, "DeliveryURL"},
-		{"relative", func(c *graph.ProcessorConfig) { c.DeliveryURL = "/api" }, "scheme http or https"},
-		{"ftp", func(c *graph.ProcessorConfig) { c.DeliveryURL = "ftp://graph.internal" }, "scheme http or https"},
-		{"no host", func(c *graph.ProcessorConfig) { c.DeliveryURL = "https://" }, "has no host"},
-		{"opaque", func(c *graph.ProcessorConfig) { c.DeliveryURL = "https:graph.internal" }, "has no host"},
-		{"query", func(c *graph.ProcessorConfig) { c.DeliveryURL = "https://graph.internal/?tenant=1" }, "has a query"},
-		{"empty query", func(c *graph.ProcessorConfig) { c.DeliveryURL = "https://graph.internal/?" }, "has a query"},
-		{"fragment", func(c *graph.ProcessorConfig) { c.DeliveryURL = "https://graph.internal/#x" }, "has a fragment"},
-		{"user info", func(c *graph.ProcessorConfig) { c.DeliveryURL = "https://svc:hunter2@graph.internal" }, "RoundTripper"},
-		{"unparsable", func(c *graph.ProcessorConfig) { c.DeliveryURL = "https://graph internal:x" }, "DeliveryURL is not a URL"},
-		{"nil client", func(c *graph.ProcessorConfig) { c.Client = nil }, "Client is nil"},
-		{"negative timeout", func(c *graph.ProcessorConfig) { c.Timeout = -time.Second }, "Timeout is -1s"},
-		{"negative excerpt", func(c *graph.ProcessorConfig) { c.BodyExcerpt = -1 }, "BodyExcerpt is -1"},
-		{"huge excerpt", func(c *graph.ProcessorConfig) { c.BodyExcerpt = graph.MaxBodyExcerpt + 1 }, "BodyExcerpt"},
-		{"tiny max retry after", func(c *graph.ProcessorConfig) { c.MaxRetryAfter = time.Millisecond }, "MaxRetryAfter"},
+		{"empty url", func(c *graph.ProcessorOptions) { c.DeliveryURL = "" }, "DeliveryURL is empty"},
+		{"no scheme", func(c *graph.ProcessorOptions) { c.DeliveryURL = "graph.internal" }, "DeliveryURL"},
+		{"relative", func(c *graph.ProcessorOptions) { c.DeliveryURL = "/api" }, "scheme http or https"},
+		{"ftp", func(c *graph.ProcessorOptions) { c.DeliveryURL = "ftp://graph.internal" }, "scheme http or https"},
+		{"no host", func(c *graph.ProcessorOptions) { c.DeliveryURL = "https://" }, "has no host"},
+		{"opaque", func(c *graph.ProcessorOptions) { c.DeliveryURL = "https:graph.internal" }, "has no host"},
+		{"query", func(c *graph.ProcessorOptions) { c.DeliveryURL = "https://graph.internal/?tenant=1" }, "has a query"},
+		{"empty query", func(c *graph.ProcessorOptions) { c.DeliveryURL = "https://graph.internal/?" }, "has a query"},
+		{"fragment", func(c *graph.ProcessorOptions) { c.DeliveryURL = "https://graph.internal/#x" }, "has a fragment"},
+		{"user info", func(c *graph.ProcessorOptions) { c.DeliveryURL = "https://svc:hunter2@graph.internal" }, "RoundTripper"},
+		{"unparsable", func(c *graph.ProcessorOptions) { c.DeliveryURL = "https://graph internal:x" }, "DeliveryURL is not a URL"},
+		{"nil client", func(c *graph.ProcessorOptions) { c.Client = nil }, "Client is nil"},
+		{"negative timeout", func(c *graph.ProcessorOptions) { c.Timeout = -time.Second }, "Timeout is -1s"},
+		{"negative excerpt", func(c *graph.ProcessorOptions) { c.BodyExcerpt = -1 }, "BodyExcerpt is -1"},
+		{"huge excerpt", func(c *graph.ProcessorOptions) { c.BodyExcerpt = graph.MaxBodyExcerpt + 1 }, "BodyExcerpt"},
+		{"tiny max retry after", func(c *graph.ProcessorOptions) { c.MaxRetryAfter = time.Millisecond }, "MaxRetryAfter"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := ok
 			c.edit(&cfg)
 			procs, err := graph.StandardProcessors(cfg)
-			if !errors.Is(err, graph.ErrInvalidConfig) || procs != nil {
-				t.Fatalf("StandardProcessors = %v, %v; want ErrInvalidConfig", procs, err)
+			if !errors.Is(err, graph.ErrInvalidOptions) || procs != nil {
+				t.Fatalf("StandardProcessors = %v, %v; want ErrInvalidOptions", procs, err)
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %q does not contain %q", err, c.want)
@@ -543,7 +543,7 @@ func TestProcessor_RetriesOnRedirectWithoutFollowingIt(t *testing.T) {
 		http.Redirect(w, r, "/login", http.StatusFound)
 	}))
 	defer srv.Close()
-	procs, err := graph.StandardProcessors(graph.ProcessorConfig{DeliveryURL: srv.URL, Client: srv.Client()})
+	procs, err := graph.StandardProcessors(graph.ProcessorOptions{DeliveryURL: srv.URL, Client: srv.Client()})
 	if err != nil {
 		t.Fatal(err)
 	}

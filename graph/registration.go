@@ -11,7 +11,7 @@ import (
 type RegistrationClient struct{ c *client }
 
 // NewRegistrationClient checks cfg and returns a client.
-func NewRegistrationClient(cfg ClientConfig) (*RegistrationClient, error) {
+func NewRegistrationClient(cfg ClientOptions) (*RegistrationClient, error) {
 	c, err := newClient(cfg)
 	if err != nil {
 		return nil, err

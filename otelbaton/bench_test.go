@@ -32,7 +32,7 @@ func BenchmarkRunHooks(b *testing.B) {
 				_ = tp.Shutdown(context.Background())
 				_ = mp.Shutdown(context.Background())
 			})
-			obs, err := otelbaton.New(otelbaton.Options{MeterProvider: mp, TracerProvider: tp})
+			obs, err := otelbaton.NewObserver(otelbaton.Options{MeterProvider: mp, TracerProvider: tp})
 			if err != nil {
 				b.Fatal(err)
 			}

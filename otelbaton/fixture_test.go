@@ -43,7 +43,7 @@ func newFixture(t *testing.T) *fixture {
 		_ = mp.Shutdown(context.Background())
 		_ = tp.Shutdown(context.Background())
 	})
-	obs, err := otelbaton.New(otelbaton.Options{MeterProvider: mp, TracerProvider: tp, Instance: instance})
+	obs, err := otelbaton.NewObserver(otelbaton.Options{MeterProvider: mp, TracerProvider: tp, Instance: instance})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,11 +174,15 @@ type outboxRig struct {
 }
 
 func newOutboxRig(t *testing.T, f *fixture) *outboxRig {
-	locks, err := locksmemory.New(locksmemory.Options{})
+	locks, err := locksmemory.NewProvider(locksmemory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &outboxRig{t: t, f: f, store: memory.NewOutboxStore(memory.OutboxStoreOptions{}), locks: locks}
+	store, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &outboxRig{t: t, f: f, store: store, locks: locks}
 }
 
 // commit writes one transaction with an entry per lane given.
@@ -211,7 +215,7 @@ func (r *outboxRig) config(procs ...outbox.Processor) outbox.Config {
 // run runs a driver until the returned func is called (or the test ends).
 func (r *outboxRig) run(cfg outbox.Config) (stop func()) {
 	r.t.Helper()
-	d, err := outbox.New(cfg)
+	d, err := outbox.NewDriver(cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -42,15 +42,35 @@ func newManager(t *testing.T, f *fixture, store lease.Store, id string) *lease.M
 // store, and returns the store.
 func startCut(t *testing.T, f *fixture) *cuttableLeases {
 	t.Helper()
-	store := &cuttableLeases{LeaseStore: memory.NewLeaseStore(memory.LeaseStoreOptions{})}
+	store := &cuttableLeases{LeaseStore: newLeaseStore(t)}
 	m := newManager(t, f, store, instance)
 	if _, err := m.Register("maintenance"); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
+	run(t, m)
+	return store
+}
+
+func newLeaseStore(t *testing.T) *memory.LeaseStore {
+	t.Helper()
+	store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return store
+}
+
+// run runs m until Close, or until the test ends.
+func run(t *testing.T, m *lease.Manager) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	t.Cleanup(func() {
+		_ = m.Close(context.Background())
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }
 
 func TestMetric_HeartbeatDuration(t *testing.T) {
@@ -84,7 +104,7 @@ func TestMetric_HeartbeatFailures(t *testing.T) {
 func TestMetric_RoleHeldPerRoleAndInstance(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
-		store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+		store := newLeaseStore(t)
 		m := newManager(t, f, store, instance)
 		other := newManager(t, newFixture(t), store, "other")
 		for _, mgr := range []*lease.Manager{m, other} {
@@ -92,13 +112,9 @@ func TestMetric_RoleHeldPerRoleAndInstance(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := m.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		run(t, m)
 		synctest.Wait()
-		if err := other.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		run(t, other)
 		// The outbox leader lock, through the lock hooks.
 		r := newOutboxRig(t, f)
 		stop := r.run(r.config(proc("a", 0, nil)))

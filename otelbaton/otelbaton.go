@@ -5,7 +5,7 @@
 // It is a module of its own, so that OpenTelemetry enters the build only
 // of the services that import it. Wire one Observer into each component:
 //
-//	obs, err := otelbaton.New(otelbaton.Options{Instance: instanceID})
+//	obs, err := otelbaton.NewObserver(otelbaton.Options{Instance: instanceID})
 //	locks = obs.Locks(locks)                       // lock.Provider
 //	outbox.Config{..., Locks: locks, Hooks: obs.Outbox()}
 //	lease.Config{..., Hooks: obs.Leases()}
@@ -115,18 +115,25 @@ type laneAttrs struct {
 	spanAttrs  []attribute.KeyValue
 }
 
-// New makes the instruments.
-func New(opts Options) (*Observer, error) {
-	mp, tp := opts.MeterProvider, opts.TracerProvider
-	if mp == nil {
-		mp = otel.GetMeterProvider()
+// withDefaults returns a copy of opts with the global providers in place
+// of nil ones.
+func (opts Options) withDefaults() Options {
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = otel.GetMeterProvider()
 	}
-	if tp == nil {
-		tp = otel.GetTracerProvider()
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = otel.GetTracerProvider()
 	}
-	m := mp.Meter(ScopeName)
+	return opts
+}
+
+// NewObserver makes the instruments. Its error is the meter's, refusing
+// an instrument or the callback of the gauges.
+func NewObserver(opts Options) (*Observer, error) {
+	opts = opts.withDefaults()
+	m := opts.MeterProvider.Meter(ScopeName)
 	o := &Observer{
-		tracer: tp.Tracer(ScopeName), instance: opts.Instance,
+		tracer: opts.TracerProvider.Tracer(ScopeName), instance: opts.Instance,
 		held: map[roleKey]bool{}, backlog: map[string]outbox.Backlog{},
 	}
 	sent, err := messagingconv.NewClientSentMessages(m,

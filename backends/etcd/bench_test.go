@@ -221,9 +221,12 @@ func startManager(b *testing.B, env *etcdtest.Env, id, role string) (*lease.Mana
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	b.Cleanup(func() {
+		_ = m.Close(context.Background())
+		<-done
+	})
 	b.Cleanup(func() { _ = m.Close(context.Background()) })
 	return m, l
 }

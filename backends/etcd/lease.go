@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/lease"
 )
 
@@ -44,19 +45,29 @@ type LeaseStoreOptions struct {
 	Logger *slog.Logger
 }
 
-func (o *LeaseStoreOptions) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o LeaseStoreOptions) withDefaults() LeaseStoreOptions {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
 	if o.MaxTxnOps == 0 {
 		o.MaxTxnOps = DefaultMaxTxnOps
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := checkPrefix("LeaseStoreOptions.Prefix", &o.Prefix); err != nil {
-		return fmt.Errorf("%w: baton/etcd: %v", lease.ErrInvalidConfig, err)
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o LeaseStoreOptions) validate() error {
+	if err := checkPrefix(lease.ErrInvalidConfig, "etcd.LeaseStoreOptions.Prefix", o.Prefix); err != nil {
+		return err
 	}
 	if o.MaxTxnOps < opsPerClaim+1 {
-		return fmt.Errorf("%w: baton/etcd: LeaseStoreOptions.MaxTxnOps is %d; it must be at least %d (etcd's default is %d)",
-			lease.ErrInvalidConfig, o.MaxTxnOps, opsPerClaim+1, DefaultMaxTxnOps)
+		return config.Invalid(lease.ErrInvalidConfig, "etcd.LeaseStoreOptions.MaxTxnOps", "is %d; it must be at least %d (etcd's default is %d)",
+			o.MaxTxnOps, opsPerClaim+1, DefaultMaxTxnOps)
 	}
 	return nil
 }
@@ -177,8 +188,9 @@ func decodeValue(kv *mvccpb.KeyValue) (roleValue, error) {
 // first invalid option. It sends nothing to etcd.
 func NewLeaseStore(client *clientv3.Client, opts LeaseStoreOptions) (*LeaseStore, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: baton/etcd: NewLeaseStore: the client is nil", lease.ErrInvalidConfig)
+		return nil, config.Invalid(lease.ErrInvalidConfig, "etcd.NewLeaseStore: client", "is nil")
 	}
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}

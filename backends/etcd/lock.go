@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/lock"
 )
 
@@ -44,7 +45,12 @@ type LockProviderOptions struct {
 	Logger *slog.Logger
 }
 
-func (o *LockProviderOptions) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o LockProviderOptions) withDefaults() LockProviderOptions {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
 	if o.TTL == 0 {
 		o.TTL = DefaultLockTTL
 	}
@@ -57,20 +63,25 @@ func (o *LockProviderOptions) validate() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: baton/etcd: LockProviderOptions.%s", lock.ErrInvalidOptions, fmt.Sprintf(format, args...))
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o LockProviderOptions) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return config.Invalid(lock.ErrInvalidOptions, "etcd.LockProviderOptions."+field, format, args...)
 	}
-	if err := checkPrefix("Prefix", &o.Prefix); err != nil {
-		return bad("%v", err)
+	if err := checkPrefix(lock.ErrInvalidOptions, "etcd.LockProviderOptions.Prefix", o.Prefix); err != nil {
+		return err
 	}
 	switch {
 	case o.TTL < time.Second || o.TTL%time.Second != 0:
-		return bad("TTL is %v; it must be a whole number of seconds, at least 1s (etcd leases are)", o.TTL)
+		return bad("TTL", "is %v; it must be a whole number of seconds, at least 1s (etcd leases are)", o.TTL)
 	case o.SafetyMargin < 0 || o.SafetyMargin >= o.TTL-o.TTL/3:
-		return bad("SafetyMargin is %v; it must be at least 0 and below two thirds of TTL (%v)", o.SafetyMargin, o.TTL)
+		return bad("SafetyMargin", "is %v; it must be at least 0 and below two thirds of TTL (%v)", o.SafetyMargin, o.TTL)
 	}
 	if err := o.Backoff.Validate(); err != nil {
-		return fmt.Errorf("baton/etcd: LockProviderOptions.%w", err)
+		return config.Wrap(lock.ErrInvalidOptions, "etcd.LockProviderOptions", err)
 	}
 	return nil
 }
@@ -110,8 +121,9 @@ var _ lock.Provider = (*LockProvider)(nil)
 // the first invalid option. It sends nothing to etcd.
 func NewLockProvider(client *clientv3.Client, opts LockProviderOptions) (*LockProvider, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: baton/etcd: NewLockProvider: the client is nil", lock.ErrInvalidOptions)
+		return nil, config.Invalid(lock.ErrInvalidOptions, "etcd.NewLockProvider: client", "is nil")
 	}
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -240,7 +252,7 @@ func (p *LockProvider) Acquire(ctx context.Context, name string, opts lock.Acqui
 	if err != nil {
 		return nil, err
 	}
-	l.ka, err = lock.StartKeepalive(lock.KeepaliveConfig{
+	l.ka, err = lock.NewKeepalive(lock.KeepaliveConfig{
 		TTL:          p.opts.TTL,
 		SafetyMargin: p.opts.SafetyMargin,
 		Refresh:      l.refresh,

@@ -13,6 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // Defaults shared by the client, the lease store and the lock provider.
@@ -42,28 +44,39 @@ type ClientOptions struct {
 	DialTimeout time.Duration
 }
 
-func (o *ClientOptions) validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("baton/etcd: ClientOptions.%s", fmt.Sprintf(format, args...))
-	}
+// ErrInvalidClientOptions is returned (wrapped, naming the field and the
+// reason) by NewClient for ClientOptions it cannot connect with.
+var ErrInvalidClientOptions = errors.New("baton/etcd: invalid client options")
+
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o ClientOptions) withDefaults() ClientOptions {
 	if o.DialTimeout == 0 {
 		o.DialTimeout = DefaultDialTimeout
 	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o ClientOptions) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return config.Invalid(ErrInvalidClientOptions, "ClientOptions."+field, format, args...)
+	}
 	if len(o.Endpoints) == 0 {
-		return bad("Endpoints is empty; list the cluster's members as host:port")
+		return bad("Endpoints", "is empty; list the cluster's members as host:port")
 	}
 	for i, ep := range o.Endpoints {
 		if err := checkEndpoint(ep, o.TLS != nil); err != nil {
-			return bad("Endpoints[%d] %q: %v", i, ep, err)
+			return bad(fmt.Sprintf("Endpoints[%d]", i), "%q: %v", ep, err)
 		}
 	}
 	switch {
 	case o.Username == "" && o.Password != "":
-		return bad("Password is set but Username is empty; give both or neither")
+		return bad("Password", "is set but Username is empty; give both or neither")
 	case o.Username != "" && o.Password == "":
-		return bad("Username %q has no Password; give both or neither", o.Username)
+		return bad("Username", "%q has no Password; give both or neither", o.Username)
 	case o.DialTimeout < 0:
-		return bad("DialTimeout is %v; it must be positive", o.DialTimeout)
+		return bad("DialTimeout", "is %v; it must be positive", o.DialTimeout)
 	}
 	return nil
 }
@@ -107,6 +120,7 @@ func checkEndpoint(ep string, withTLS bool) error {
 // naming the first option that is wrong. The caller closes the client,
 // after the stores and providers that use it.
 func NewClient(opts ClientOptions) (*clientv3.Client, error) {
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -122,20 +136,16 @@ func NewClient(opts ClientOptions) (*clientv3.Client, error) {
 
 // checkPrefix applies the default and the rules of a key prefix; field
 // names the option in the error.
-func checkPrefix(field string, prefix *string) error {
-	if *prefix == "" {
-		*prefix = DefaultPrefix
-	}
-	p := *prefix
+func checkPrefix(kind error, field, p string) error {
 	switch {
 	case len(p) > MaxPrefixLength:
-		return fmt.Errorf("%s is %d bytes; at most %d", field, len(p), MaxPrefixLength)
+		return config.Invalid(kind, field, "is %d bytes; at most %d", len(p), MaxPrefixLength)
 	case !utf8.ValidString(p):
-		return fmt.Errorf("%s %q is not valid UTF-8", field, p)
+		return config.Invalid(kind, field, "%q is not valid UTF-8", p)
 	case strings.ContainsRune(p, 0):
-		return fmt.Errorf("%s %q contains a NUL byte", field, p)
+		return config.Invalid(kind, field, "%q contains a NUL byte", p)
 	case !strings.HasSuffix(p, "/"):
-		return fmt.Errorf("%s %q must end with '/', so that no other prefix's keys fall under it", field, p)
+		return config.Invalid(kind, field, "%q must end with '/', so that no other prefix's keys fall under it", p)
 	}
 	return nil
 }

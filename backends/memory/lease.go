@@ -46,17 +46,24 @@ type leaseRow struct {
 	expiresAt  time.Time
 }
 
-// NewLeaseStore returns an empty store.
-func NewLeaseStore(opts LeaseStoreOptions) *LeaseStore {
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o LeaseStoreOptions) withDefaults() LeaseStoreOptions {
+	if o.Now == nil {
+		o.Now = time.Now
 	}
+	return o
+}
+
+// NewLeaseStore returns an empty store. Every option is valid, so the error is
+// always nil; it is there so that every constructor reads the same.
+func NewLeaseStore(opts LeaseStoreOptions) (*LeaseStore, error) {
+	opts = opts.withDefaults()
 	return &LeaseStore{
-		now:  now,
+		now:  opts.Now,
 		rows: make(map[string]*leaseRow),
 		subs: make(map[*releaseSubscriber]struct{}),
-	}
+	}, nil
 }
 
 // Heartbeat implements lease.Store. The whole request is checked before

@@ -13,7 +13,11 @@ import (
 
 func TestLeaseStore_Conformance(t *testing.T) {
 	conformance.RunLeaseStore(t, func(t *testing.T) conformance.LeaseHarness {
-		return conformance.LeaseHarness{Store: memory.NewLeaseStore(memory.LeaseStoreOptions{})}
+		memLeases, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conformance.LeaseHarness{Store: memLeases}
 	}, conformance.LeaseFeatures{})
 }
 
@@ -51,7 +55,10 @@ func heartbeat(t *testing.T, st *memory.LeaseStore, holder string, d time.Durati
 
 func TestLeaseStore_ExpiryIsJudgedByTheInjectedClock(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	st := memory.NewLeaseStore(memory.LeaseStoreOptions{Now: clock.Now})
+	st, err := memory.NewLeaseStore(memory.LeaseStoreOptions{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	const d = time.Hour
 	start := time.Now()
 
@@ -83,7 +90,10 @@ func TestLeaseStore_ExpiryIsJudgedByTheInjectedClock(t *testing.T) {
 
 func TestLeaseStore_ReleaseIsJudgedByTheInjectedClock(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	st := memory.NewLeaseStore(memory.LeaseStoreOptions{Now: clock.Now})
+	st, err := memory.NewLeaseStore(memory.LeaseStoreOptions{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := heartbeat(t, st, "a", time.Minute, "r", 0)
 	clock.Advance(time.Minute)
 	// The term has ended by the store's clock: nothing left to release.
@@ -94,7 +104,10 @@ func TestLeaseStore_ReleaseIsJudgedByTheInjectedClock(t *testing.T) {
 }
 
 func TestLeaseStore_EveryWatcherHearsEachRelease(t *testing.T) {
-	st := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	st, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	const watchers = 3
 	var (
@@ -172,7 +185,10 @@ func TestLeaseStore_EveryWatcherHearsEachRelease(t *testing.T) {
 }
 
 func TestLeaseStore_SlowWatcherDoesNotBlockRelease(t *testing.T) {
-	st := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	st, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	unblock := make(chan struct{})

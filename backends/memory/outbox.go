@@ -61,21 +61,28 @@ type OutboxStore struct {
 
 var _ outbox.Store = (*OutboxStore)(nil)
 
-// NewOutboxStore returns an empty store.
-func NewOutboxStore(opts OutboxStoreOptions) *OutboxStore {
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o OutboxStoreOptions) withDefaults() OutboxStoreOptions {
+	if o.Now == nil {
+		o.Now = time.Now
 	}
+	return o
+}
+
+// NewOutboxStore returns an empty store. Every option is valid, so the error is
+// always nil; it is there so that every constructor reads the same.
+func NewOutboxStore(opts OutboxStoreOptions) (*OutboxStore, error) {
+	opts = opts.withDefaults()
 	return &OutboxStore{
-		now:     now,
+		now:     opts.Now,
 		nextXID: firstXID,
 		open:    make(map[uint64]struct{}),
 		pending: make(map[outbox.ID]*OutboxTx),
 		ids:     make(map[outbox.ID]struct{}),
 		dead:    make(map[outbox.ID]*outbox.DeadLetter),
 		state:   make(map[string]string),
-	}
+	}, nil
 }
 
 // clock reads the store's clock without the monotonic reading: stored

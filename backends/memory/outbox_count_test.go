@@ -8,6 +8,9 @@ import (
 )
 
 func TestOutboxStore_CountsThePendingEntriesAndTheDeadLettersWaiting(t *testing.T) {
-	st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	outboxtest.CheckCounter(t, t.Context(), st, outboxHarness(st).Producer)
 }

@@ -20,8 +20,11 @@ func FuzzDriver_NothingAProcessorReturnsStallsTheWalk(f *testing.F) {
 	outboxtest.FuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, plan []byte) {
 		synctest.Test(t, func(t *testing.T) {
-			st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
-			locks, err := locksmemory.New(locksmemory.Options{})
+			st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			locks, err := locksmemory.NewProvider(locksmemory.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

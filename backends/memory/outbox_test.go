@@ -43,7 +43,11 @@ func (settledAtOnce) Rollback(context.Context) error         { return nil }
 
 func TestOutboxStore_Conformance(t *testing.T) {
 	conformance.RunOutboxStore(t, func(t *testing.T) conformance.OutboxHarness {
-		return outboxHarness(memory.NewOutboxStore(memory.OutboxStoreOptions{}))
+		memOutbox, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outboxHarness(memOutbox)
 	}, conformance.OutboxFeatures{})
 }
 
@@ -86,7 +90,10 @@ func scanIDs(t *testing.T, st *memory.OutboxStore, after outbox.Cursor) []outbox
 }
 
 func TestOutboxStore_XIDIsTakenAtTheFirstEnqueueNotAtBegin(t *testing.T) {
-	st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	early := mustBegin(t, st) // begins first, writes last
 	late := mustBegin(t, st)
 	if early.XID() != 0 || late.XID() != 0 {
@@ -122,7 +129,10 @@ func TestOutboxStore_XIDIsTakenAtTheFirstEnqueueNotAtBegin(t *testing.T) {
 
 func TestOutboxStore_InjectedClockStampsAndDrivesRetention(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	st := memory.NewOutboxStore(memory.OutboxStoreOptions{Now: clock.Now})
+	st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := t.Context()
 	const window = time.Hour
 	written := clock.Now()
@@ -185,7 +195,10 @@ func TestOutboxStore_InjectedClockStampsAndDrivesRetention(t *testing.T) {
 }
 
 func TestOutboxStore_EndedTransactionsRefuseEverything(t *testing.T) {
-	st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := t.Context()
 	committed := mustBegin(t, st)
 	mustEnqueue(t, committed, "a")
@@ -209,7 +222,10 @@ func TestOutboxStore_EndedTransactionsRefuseEverything(t *testing.T) {
 }
 
 func TestOutboxStore_CommitWithAnEndedContextRollsBack(t *testing.T) {
-	st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tx := mustBegin(t, st)
 	id := mustEnqueue(t, tx, "a")
 	ctx, cancel := context.WithCancel(t.Context())
@@ -232,7 +248,10 @@ func TestOutboxStore_CommitWithAnEndedContextRollsBack(t *testing.T) {
 }
 
 func TestOutboxStore_AnIDHeldByAnotherOpenTransactionIsRefused(t *testing.T) {
-	st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	first := mustBegin(t, st)
 	id := mustEnqueue(t, first, "a")
 	second := mustBegin(t, st)
@@ -251,7 +270,10 @@ func TestOutboxStore_AnIDHeldByAnotherOpenTransactionIsRefused(t *testing.T) {
 }
 
 func TestOutboxStore_ReturnedPayloadsAreCopies(t *testing.T) {
-	st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := t.Context()
 	payload := []byte(`{"v":1}`)
 	tx := mustBegin(t, st)
@@ -281,8 +303,11 @@ func TestOutboxStore_ReturnedPayloadsAreCopies(t *testing.T) {
 // of two transactions are delivered in walk order, the entry of a lane with
 // no processor is parked, and the cursor is settled past everything.
 func TestOutboxStore_UnderTheDriver(t *testing.T) {
-	st := memory.NewOutboxStore(memory.OutboxStoreOptions{})
-	locks, err := memlocks.New(memlocks.Options{})
+	st, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks, err := memlocks.NewProvider(memlocks.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +325,7 @@ func TestOutboxStore_UnderTheDriver(t *testing.T) {
 		}
 		return out, nil
 	}}
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: st, Locks: locks, Processors: []outbox.Processor{proc},
 		Notify:    func(context.Context, outbox.Notice) error { return nil },
 		IdleDelay: 5 * time.Millisecond, RetentionDisabled: true,

@@ -56,13 +56,20 @@ type projectionGeneration struct {
 
 type projectionResource struct{ typ, id string }
 
-// NewProjectionStore returns an empty store.
-func NewProjectionStore(opts ProjectionStoreOptions) *ProjectionStore {
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o ProjectionStoreOptions) withDefaults() ProjectionStoreOptions {
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	return &ProjectionStore{now: now, stored: make(map[projection.Generation]bool), subjects: make(map[projection.Subject]*projectionSubject)}
+	return o
+}
+
+// NewProjectionStore returns an empty store. Every option is valid, so the error is
+// always nil; it is there so that every constructor reads the same.
+func NewProjectionStore(opts ProjectionStoreOptions) (*ProjectionStore, error) {
+	opts = opts.withDefaults()
+	return &ProjectionStore{now: opts.Now, stored: make(map[projection.Generation]bool), subjects: make(map[projection.Subject]*projectionSubject)}, nil
 }
 
 // Reserve implements projection.Store: the store's own counter.

@@ -12,7 +12,11 @@ import (
 
 func TestProjectionStore_Conformance(t *testing.T) {
 	conformance.RunProjectionStore(t, func(t *testing.T) conformance.ProjectionHarness {
-		return conformance.ProjectionHarness{Store: memory.NewProjectionStore(memory.ProjectionStoreOptions{})}
+		memProjections, err := memory.NewProjectionStore(memory.ProjectionStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conformance.ProjectionHarness{Store: memProjections}
 	}, conformance.ProjectionFeatures{})
 }
 
@@ -31,7 +35,10 @@ func refresh(t *testing.T, st *memory.ProjectionStore, subject projection.Subjec
 
 func TestProjectionStore_ForgetLeavesEverySubjectWithoutAProjection(t *testing.T) {
 	ctx := t.Context()
-	st := memory.NewProjectionStore(memory.ProjectionStoreOptions{})
+	st, err := memory.NewProjectionStore(memory.ProjectionStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	alice := projection.Subject{Type: "user", ID: "alice"}
 	for range 2 {
 		refresh(t, st, alice, []projection.Grant{{ResourceType: "doc", ResourceID: "d", Mask: 1}})
@@ -50,7 +57,10 @@ func TestProjectionStore_ForgetLeavesEverySubjectWithoutAProjection(t *testing.T
 
 func TestProjectionStore_CreatedAtComesFromTheStoreClock(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	st := memory.NewProjectionStore(memory.ProjectionStoreOptions{Now: clock.Now})
+	st, err := memory.NewProjectionStore(memory.ProjectionStoreOptions{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	bob := projection.Subject{Type: "user", ID: "bob"}
 	refresh(t, st, bob, nil)
 	clock.Advance(time.Hour)
@@ -67,7 +77,10 @@ func TestProjectionStore_CreatedAtComesFromTheStoreClock(t *testing.T) {
 
 func TestProjectionStore_SnapshotIsTheCallersCopy(t *testing.T) {
 	ctx := t.Context()
-	st := memory.NewProjectionStore(memory.ProjectionStoreOptions{})
+	st, err := memory.NewProjectionStore(memory.ProjectionStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	carol := projection.Subject{Type: "user", ID: "carol"}
 	grants := []projection.Grant{{ResourceType: "doc", ResourceID: "d", Mask: 1}}
 	refresh(t, st, carol, grants)

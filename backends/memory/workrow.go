@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/workrow"
 )
 
@@ -73,12 +74,19 @@ type workRowEntry[R any] struct {
 	until time.Time
 }
 
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o WorkRowStoreOptions) withDefaults() WorkRowStoreOptions {
+	if o.IDColumn == "" {
+		o.IDColumn = DefaultWorkRowIDColumn
+	}
+	return o
+}
+
 // NewWorkRowStore returns an empty store of R rows keyed by K, or an error
 // naming the option, or the field of R, that cannot work.
 func NewWorkRowStore[K comparable, R any](opts WorkRowStoreOptions) (*WorkRowStore[K, R], error) {
-	if opts.IDColumn == "" {
-		opts.IDColumn = DefaultWorkRowIDColumn
-	}
+	opts = opts.withDefaults()
 	codec, err := newWorkRowCodec(reflect.TypeFor[R](), opts.IDColumn, reflect.TypeFor[K]())
 	if err != nil {
 		return nil, err
@@ -89,12 +97,12 @@ func NewWorkRowStore[K comparable, R any](opts WorkRowStoreOptions) (*WorkRowSto
 	}
 	for _, c := range opts.Live.Columns() {
 		if !codec.has(c) {
-			return nil, fmt.Errorf("baton/memory: work rows: WorkRowStoreOptions.Live mentions %q, which is no column of %s", c, codec.typ)
+			return nil, config.Invalid(workrow.ErrInvalidConfig, "memory.WorkRowStoreOptions.Live", "mentions %q, which is no column of %s", c, codec.typ)
 		}
 	}
 	for i, o := range opts.Order {
 		if !codec.has(o.Column) {
-			return nil, fmt.Errorf("baton/memory: work rows: WorkRowStoreOptions.Order[%d] is %q, which is no column of %s", i, o.Column, codec.typ)
+			return nil, config.Invalid(workrow.ErrInvalidConfig, fmt.Sprintf("memory.WorkRowStoreOptions.Order[%d]", i), "is %q, which is no column of %s", o.Column, codec.typ)
 		}
 	}
 	return &WorkRowStore[K, R]{

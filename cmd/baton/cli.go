@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/internal/printable"
 )
 
@@ -20,28 +20,10 @@ const (
 	exitInterrupted = 130
 )
 
-// usageError is bad input: a flag, an argument, an id, a schema that does
-// not hold baton's tables. It exits 2, with its message on one line.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error {
-	return &usageError{msg: oneLine(fmt.Sprintf(format, args...))}
-}
-
 // errChecksFailed is returned when a command ran to the end and found
 // something wrong (a demo check, a schema mismatch); its report is printed
 // already, so nothing more is said.
 var errChecksFailed = errors.New("checks failed")
-
-// errInterrupted is returned when the context ended (Ctrl-C, SIGTERM).
-var errInterrupted = errors.New("interrupted")
-
-// oneLine folds a message onto one line.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
-}
 
 // run is the whole command line, testable: it parses args, runs the command
 // with ctx and returns the exit status. Nothing writes to os.Stdout or
@@ -67,18 +49,18 @@ func run(ctx context.Context, args []string, rawStdout, rawStderr io.Writer) int
 		return exitOK
 	case errors.Is(err, errChecksFailed):
 		return exitFailure
-	case errors.Is(err, errInterrupted) || (ctx.Err() != nil && errors.Is(err, context.Canceled)):
+	case errors.Is(err, cli.ErrInterrupted) || (ctx.Err() != nil && errors.Is(err, context.Canceled)):
 		fmt.Fprintln(stderr, "baton: interrupted")
 		return exitInterrupted
 	}
-	var u *usageError
+	var u *cli.UsageError
 	if errors.As(err, &u) || !accepted {
 		// cobra's own errors (unknown command or flag, wrong argument
 		// count) come before any command runs.
-		fmt.Fprintf(stderr, "baton: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(stderr, "baton: %s\n", cli.OneLine(err.Error()))
 		return exitUsage
 	}
-	fmt.Fprintf(stderr, "baton: %s\n", oneLine(err.Error()))
+	fmt.Fprintf(stderr, "baton: %s\n", cli.OneLine(err.Error()))
 	return exitFailure
 }
 
@@ -104,7 +86,7 @@ Exit status: 0 success, 1 failure, 2 bad input, 130 interrupted.`,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usagef("%s: %v", c.CommandPath(), err)
+		return cli.Usagef("%s: %v", c.CommandPath(), err)
 	})
 	root.AddCommand(
 		newDemoCommand(),
@@ -121,7 +103,7 @@ Exit status: 0 success, 1 failure, 2 bad input, 130 interrupted.`,
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return usagef("%s takes %s (got %d arguments)", cmd.CommandPath(), what, len(args))
+			return cli.Usagef("%s takes %s (got %d arguments)", cmd.CommandPath(), what, len(args))
 		}
 		return nil
 	}
@@ -130,7 +112,7 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 // noArgs refuses positional arguments with a usage error.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usagef("%s takes no arguments (got %q)", cmd.CommandPath(), args[0])
+		return cli.Usagef("%s takes no arguments (got %q)", cmd.CommandPath(), args[0])
 	}
 	return nil
 }
@@ -146,7 +128,7 @@ func groupCommand(use, short, long string, subs ...*cobra.Command) *cobra.Comman
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown command %q for %q; see %s --help", args[0], cmd.CommandPath(), cmd.CommandPath())
+				return cli.Usagef("unknown command %q for %q; see %s --help", args[0], cmd.CommandPath(), cmd.CommandPath())
 			}
 			return cmd.Help()
 		},

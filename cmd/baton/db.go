@@ -4,22 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 )
-
-// envDatabaseURL is read when --postgres is not given.
-const envDatabaseURL = "BATON_DATABASE_URL"
-
-// connectTimeout bounds connecting and the first round trip.
-const connectTimeout = 10 * time.Second
 
 // dbFlags are the flags every operator command shares.
 type dbFlags struct {
@@ -29,7 +22,7 @@ type dbFlags struct {
 }
 
 func (f *dbFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.url, "postgres", "", "PostgreSQL URL, e.g. postgres://app@db:5432/app (default: $"+envDatabaseURL+")")
+	cmd.Flags().StringVar(&f.url, "postgres", "", "PostgreSQL URL, e.g. postgres://app@db:5432/app (default: $"+cli.EnvDatabaseURL+")")
 	cmd.Flags().StringVar(&f.schema, "schema", "", "schema holding baton's tables (default: the connection's current schema)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON instead of a table")
 }
@@ -47,89 +40,10 @@ func (d *database) table(name string) string {
 	return pgx.Identifier{d.schema, name}.Sanitize()
 }
 
-// openPool connects to the database named by --postgres or
-// BATON_DATABASE_URL. A missing or malformed URL is a usage error; a server
-// that does not answer is a failure.
-func openPool(ctx context.Context, flagURL, flagName string) (*pgxpool.Pool, error) {
-	url, source := flagURL, flagName
-	if url == "" {
-		url, source = os.Getenv(envDatabaseURL), envDatabaseURL
-	}
-	if url == "" {
-		return nil, usagef("no database given: pass %s URL or set %s", flagName, envDatabaseURL)
-	}
-	cfg, err := parseConnString(url, source)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.ConnConfig.RuntimeParams == nil {
-		cfg.ConnConfig.RuntimeParams = map[string]string{}
-	}
-	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = "baton-cli"
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, usagef("%s: %v", source, redact(err, url, cfg.ConnConfig.Password))
-	}
-	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		if ctx.Err() != nil {
-			return nil, errInterrupted
-		}
-		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s:%d (database %q): %w",
-			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, redact(err, url, cfg.ConnConfig.Password))
-	}
-	return pool, nil
-}
-
-// parseConnString parses a PostgreSQL connection string, a URL or
-// keyword/value pairs. A bad one is a usage error that shows neither the
-// string nor the driver's message about it: both may hold the password,
-// and pgx masks it in some spellings only ("password = x", with spaces,
-// passes its redaction).
-func parseConnString(conn, source string) (*pgxpool.Config, error) {
-	cfg, err := pgxpool.ParseConfig(conn)
-	if err != nil {
-		return nil, usagef("%s: not a valid PostgreSQL connection string; want a URL such as "+
-			"postgres://user@host:5432/db or keywords such as \"host=db port=5432 dbname=app\" "+
-			"(the value and the parser's message are not shown: they may hold a password)", source)
-	}
-	return cfg, nil
-}
-
-// redactedError is an error whose message has the connection string and
-// the password taken out; errors.Is and errors.As still see the original.
-type redactedError struct {
-	err error
-	msg string
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-// redact hides every non-empty secret in err's message. Driver errors are
-// not known to quote the connection string or the password, but a message
-// that did would reach the operator's terminal and their logs.
-func redact(err error, secrets ...string) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	for _, s := range secrets {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-		}
-	}
-	return &redactedError{err: err, msg: msg}
-}
-
 // open connects and resolves the schema: --schema, or the connection's
 // current schema. The schema must exist.
 func (f *dbFlags) open(ctx context.Context) (*database, error) {
-	pool, err := openPool(ctx, f.url, "--postgres")
+	pool, err := cli.OpenPool(ctx, f.url, "--postgres")
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +59,7 @@ func (f *dbFlags) open(ctx context.Context) (*database, error) {
 	}
 	if !exists {
 		pool.Close()
-		return nil, usagef("schema %q does not exist; create baton's tables with: baton migrate --schema %s", schema, schema)
+		return nil, cli.Usagef("schema %q does not exist; create baton's tables with: baton migrate --schema %s", schema, schema)
 	}
 	return &database{pool: pool, schema: schema}, nil
 }
@@ -161,7 +75,7 @@ func resolveSchema(ctx context.Context, pool *pgxpool.Pool, flag string) (string
 		return "", fmt.Errorf("find the connection's current schema: %w", err)
 	}
 	if current == nil {
-		return "", usagef("the connection has no current schema (no schema in its search_path exists); pass --schema")
+		return "", cli.Usagef("the connection has no current schema (no schema in its search_path exists); pass --schema")
 	}
 	return *current, nil
 }
@@ -187,7 +101,7 @@ func (d *database) requireTables(ctx context.Context, tables ...string) error {
 			return fmt.Errorf("look table %s.%s up: %w", d.schema, t, err)
 		}
 		if !found {
-			return usagef("schema %q has no %s table; create baton's tables with: baton migrate --schema %s", d.schema, t, d.schema)
+			return cli.Usagef("schema %q has no %s table; create baton's tables with: baton migrate --schema %s", d.schema, t, d.schema)
 		}
 	}
 	return nil
@@ -231,8 +145,8 @@ func readMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]m
 // schemaNameError turns the store's invalid-schema-name error into a usage
 // error about --schema.
 func schemaNameError(err error) error {
-	if errors.Is(err, postgres.ErrInvalidSchemaName) {
-		return usagef("--schema: %v", err)
+	if errors.Is(err, pgxstore.ErrInvalidSchemaName) {
+		return cli.Usagef("--schema: %v", err)
 	}
 	return err
 }

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/baton-go/baton/cmd/baton/internal/demo"
+
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 )
 
 func newDemoCommand() *cobra.Command {
@@ -53,22 +60,22 @@ the demo cleanly.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if redisAddr != "" && pgURL == "" {
-				return usagef("--redis needs --postgres: the memory demo uses memory locks")
+				return cli.Usagef("--redis needs --postgres: the memory demo uses memory locks")
 			}
 			if keep && pgURL == "" {
-				return usagef("--keep needs --postgres: it keeps the demo's PostgreSQL schema")
+				return cli.Usagef("--keep needs --postgres: it keeps the demo's PostgreSQL schema")
 			}
 			if redisAddr != "" {
 				if _, _, err := net.SplitHostPort(redisAddr); err != nil {
-					return usagef("--redis %q: want host:port, e.g. 127.0.0.1:6379", redisAddr)
+					return cli.Usagef("--redis %q: want host:port, e.g. 127.0.0.1:6379", redisAddr)
 				}
 			}
 			if pgURL != "" && !strings.Contains(pgURL, "://") && !strings.Contains(pgURL, "=") {
 				// The value is not shown: it may be a password pasted in the wrong place.
-				return usagef("--postgres: want a URL such as postgres://user@host:5432/db, or keywords such as \"host=db dbname=app\"")
+				return cli.Usagef("--postgres: want a URL such as postgres://user@host:5432/db, or keywords such as \"host=db dbname=app\"")
 			}
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-			opts := demoOptions{Postgres: pgURL, Redis: redisAddr, Keep: keep, Seed: seed}
+			opts := demo.Config{Postgres: pgURL, Redis: redisAddr, Keep: keep, Seed: seed}
 			if asJSON {
 				opts.Out = stderr // the narrative; the result goes to stdout
 			} else {
@@ -84,7 +91,7 @@ the demo cleanly.`,
 			if verbose {
 				opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			}
-			res, err := runDemo(cmd.Context(), opts)
+			res, err := demo.Run(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -107,4 +114,19 @@ the demo cleanly.`,
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON on stdout (the narrative goes to stderr)")
 	f.BoolVar(&verbose, "verbose", false, "log what baton's components log (leases, driver, processors) to stderr")
 	return cmd
+}
+
+// isTerminal reports whether w is a terminal, where the progress line is
+// redrawn in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// unwrapWriter returns the writer under a printable.Writer, or w.
+func unwrapWriter(w io.Writer) io.Writer {
+	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
+		return u.Unwrap()
+	}
+	return w
 }

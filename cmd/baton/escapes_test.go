@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 )
@@ -52,7 +52,7 @@ func TestCLI_NeutralisesControlCharactersInEverythingItPrints(t *testing.T) {
 		hostile, "lane\x1b[1m", seed.parked); err != nil {
 		t.Fatal(err)
 	}
-	leases, err := postgres.NewLeaseStore(env.Pool, postgres.LeaseStoreOptions{})
+	leases, err := pgxstore.NewLeaseStore(env.Pool, pgxstore.LeaseStoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lease"
 )
 
@@ -35,9 +36,9 @@ func ReadAllLeases(ctx context.Context, db interface {
 }, schema string) ([]LeaseRow, error) {
 	rows, err := db.Query(ctx, `SELECT role, holder, holder_address, token, acquired_at, renewed_at, expires_at,
 		expires_at > now(), extract(epoch FROM expires_at - now())::float8
-		FROM `+pgx.Identifier{schema, postgres.LeaseTable}.Sanitize()+` ORDER BY role`)
+		FROM `+pgx.Identifier{schema, pgxstore.LeaseTable}.Sanitize()+` ORDER BY role`)
 	if err != nil {
-		return nil, fmt.Errorf("read %s.%s: %w", schema, postgres.LeaseTable, err)
+		return nil, fmt.Errorf("read %s.%s: %w", schema, pgxstore.LeaseTable, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LeaseRow, error) {
 		var (
@@ -51,7 +52,7 @@ func ReadAllLeases(ctx context.Context, db interface {
 		return l, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read %s.%s: %w", schema, postgres.LeaseTable, err)
+		return nil, fmt.Errorf("read %s.%s: %w", schema, pgxstore.LeaseTable, err)
 	}
 	return out, nil
 }
@@ -95,7 +96,7 @@ func runLeases(ctx context.Context, out io.Writer, f *dbFlags) error {
 		return err
 	}
 	defer db.Close()
-	if err := db.requireTables(ctx, postgres.LeaseTable); err != nil {
+	if err := db.requireTables(ctx, pgxstore.LeaseTable); err != nil {
 		return err
 	}
 	rows, err := ReadAllLeases(ctx, db.pool, db.schema)
@@ -120,9 +121,9 @@ func runLeases(ctx context.Context, out io.Writer, f *dbFlags) error {
 	}
 	t := newTable(out, "ROLE", "HOLDER", "ADDRESS", "TOKEN", "STATE", "EXPIRES AT")
 	for _, r := range rows {
-		state := "free (expired " + formatDuration(-r.Remaining) + " ago)"
+		state := "free (expired " + cli.FormatDuration(-r.Remaining) + " ago)"
 		if r.Live {
-			state = "held (" + formatDuration(r.Remaining) + " left)"
+			state = "held (" + cli.FormatDuration(r.Remaining) + " left)"
 		}
 		addr := r.HolderAddress
 		if addr == "" {

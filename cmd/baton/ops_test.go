@@ -11,7 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
@@ -27,7 +28,7 @@ func testContext(t *testing.T) context.Context {
 func migrated(t *testing.T) *testenv.PostgresEnv {
 	t.Helper()
 	env := testenv.Postgres(t)
-	if err := postgres.Migrate(testContext(t), env.Pool, postgres.MigrateOptions{}); err != nil {
+	if err := pgxstore.Migrate(testContext(t), env.Pool, pgxstore.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return env
@@ -37,7 +38,7 @@ func migrated(t *testing.T) *testenv.PostgresEnv {
 // committed in one transaction, one pass settled with the middle one parked
 // and a failing streak recorded.
 type seededOutbox struct {
-	store   *postgres.OutboxStore
+	store   *pgxstore.OutboxStore
 	entries []outbox.Entry
 	parked  outbox.ID
 }
@@ -45,7 +46,7 @@ type seededOutbox struct {
 func seedOutbox(t *testing.T, env *testenv.PostgresEnv) seededOutbox {
 	t.Helper()
 	ctx := testContext(t)
-	store, err := postgres.NewOutboxStore(env.Pool, postgres.OutboxStoreOptions{})
+	store, err := pgxstore.NewOutboxStore(env.Pool, pgxstore.OutboxStoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func seedOutbox(t *testing.T, env *testenv.PostgresEnv) seededOutbox {
 	}
 	for i, id := range ids {
 		payload, _ := json.Marshal(graph.MetadataPayload{EntityType: "profile", EntityID: fmt.Sprintf("p-%d", i), Label: fmt.Sprintf("Label %d", i)})
-		if err := postgres.Enqueue(ctx, tx, id, graph.LaneMetadata, payload); err != nil {
+		if err := pgxstore.Enqueue(ctx, tx, id, graph.LaneMetadata, payload); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,12 +102,12 @@ func seedOutbox(t *testing.T, env *testenv.PostgresEnv) seededOutbox {
 
 func TestSchemaPrint(t *testing.T) {
 	r := runCLI(t, "schema", "print").wantCode(t, exitOK)
-	if r.stdout != postgres.SchemaSQL() || !strings.Contains(r.stdout, "CREATE TABLE baton_outbox") {
+	if r.stdout != pgxstore.SchemaSQL() || !strings.Contains(r.stdout, "CREATE TABLE baton_outbox") {
 		t.Errorf("schema print is not SchemaSQL():\n%s", r.stdout)
 	}
 	var doc struct{ SQL string }
 	r = runCLI(t, "schema", "print", "--json").wantCode(t, exitOK)
-	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || doc.SQL != postgres.SchemaSQL() {
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || doc.SQL != pgxstore.SchemaSQL() {
 		t.Errorf("schema print --json: %v\n%s", err, r.stdout)
 	}
 	runCLI(t, "schema").wantCode(t, exitOK)
@@ -257,14 +258,14 @@ func TestOutboxCommands(t *testing.T) {
 	}
 
 	// The environment variable stands in for --postgres.
-	t.Setenv(envDatabaseURL, env.URL)
+	t.Setenv(cli.EnvDatabaseURL, env.URL)
 	runCLI(t, "outbox", "dead", "list").wantCode(t, exitOK)
 }
 
 func TestLeasesCommand(t *testing.T) {
 	env := migrated(t)
 	ctx := testContext(t)
-	store, err := postgres.NewLeaseStore(env.Pool, postgres.LeaseStoreOptions{})
+	store, err := pgxstore.NewLeaseStore(env.Pool, pgxstore.LeaseStoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +315,7 @@ func TestLeasesCommand(t *testing.T) {
 }
 
 func TestOperatorErrors(t *testing.T) {
-	t.Setenv(envDatabaseURL, "")
+	t.Setenv(cli.EnvDatabaseURL, "")
 	env := migrated(t)
 	empty := testenv.Postgres(t)
 	id := outbox.NewID().String()
@@ -325,7 +326,7 @@ func TestOperatorErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no database", []string{"outbox", "status"}, exitUsage, "pass --postgres URL or set " + envDatabaseURL},
+		{"no database", []string{"outbox", "status"}, exitUsage, "pass --postgres URL or set " + cli.EnvDatabaseURL},
 		{"bad URL", []string{"leases", "--postgres", "postgres://h:notaport/db"}, exitUsage, "--postgres: not a valid PostgreSQL connection string"},
 		{"unreachable", []string{"leases", "--postgres", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2"}, exitFailure, "cannot connect to PostgreSQL"},
 		{"missing schema", []string{"outbox", "status", "--postgres", env.URL, "--schema", "no_such_schema_here"}, exitUsage, `schema "no_such_schema_here" does not exist`},

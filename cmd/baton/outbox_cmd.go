@@ -12,7 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/outbox"
 )
 
@@ -89,8 +90,8 @@ func runOutboxRebase(ctx context.Context, out io.Writer, f *dbFlags, dryRun bool
 	defer db.Close()
 	res, err := store.Rebase(ctx, dryRun)
 	switch {
-	case errors.Is(err, postgres.ErrRebaseNotNeeded):
-		return usagef("schema %q: the outbox needs no rebase: its cursor (xid %d) is below this database's next xid (%d); nothing was changed",
+	case errors.Is(err, pgxstore.ErrRebaseNotNeeded):
+		return cli.Usagef("schema %q: the outbox needs no rebase: its cursor (xid %d) is below this database's next xid (%d); nothing was changed",
 			db.schema, res.Cursor.XID, res.NextXID)
 	case err != nil:
 		return fmt.Errorf("rebase the outbox: %w", err)
@@ -119,16 +120,16 @@ func runOutboxRebase(ctx context.Context, out io.Writer, f *dbFlags, dryRun bool
 }
 
 // openOutbox opens the database and the outbox store over its schema.
-func openOutbox(ctx context.Context, f *dbFlags) (*database, *postgres.OutboxStore, error) {
+func openOutbox(ctx context.Context, f *dbFlags) (*database, *pgxstore.OutboxStore, error) {
 	db, err := f.open(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := db.requireTables(ctx, postgres.OutboxTable, postgres.OutboxStateTable, postgres.OutboxDeadTable); err != nil {
+	if err := db.requireTables(ctx, pgxstore.OutboxTable, pgxstore.OutboxStateTable, pgxstore.OutboxDeadTable); err != nil {
 		db.Close()
 		return nil, nil, err
 	}
-	store, err := postgres.NewOutboxStore(db.pool, postgres.OutboxStoreOptions{Schema: db.schema})
+	store, err := pgxstore.NewOutboxStore(db.pool, pgxstore.OutboxStoreOptions{Schema: db.schema})
 	if err != nil {
 		db.Close()
 		return nil, nil, schemaNameError(err)
@@ -176,7 +177,7 @@ func runOutboxStatus(ctx context.Context, out io.Writer, f *dbFlags) error {
 		return fmt.Errorf("read the outbox state: %w", err)
 	}
 	rep := statusReport{Schema: db.schema, Health: h}
-	if err := db.pool.QueryRow(ctx, "SELECT count(*) FROM "+db.table(postgres.OutboxDeadTable)+
+	if err := db.pool.QueryRow(ctx, "SELECT count(*) FROM "+db.table(pgxstore.OutboxDeadTable)+
 		" WHERE requeued_as IS NULL").Scan(&rep.DeadLettersWaiting); err != nil {
 		return fmt.Errorf("count dead letters: %w", err)
 	}
@@ -193,7 +194,7 @@ func runOutboxStatus(ctx context.Context, out io.Writer, f *dbFlags) error {
 	t.row(outbox.KeyLastScannedID, formatStringPtr(h.LastScannedID))
 	t.row(outbox.KeyLastScanAt, formatTimePtr(h.LastScanAt))
 	t.row(outbox.KeyFailedAttempts, failed)
-	t.row(outbox.KeyLastError, cut(formatStringPtr(h.LastError), 160))
+	t.row(outbox.KeyLastError, cli.Cut(formatStringPtr(h.LastError), 160))
 	t.row(outbox.KeyFirstStuckAt, formatTimePtr(h.FirstStuckAt))
 	t.row(outbox.KeyLastStuckNotificationAt, formatTimePtr(h.LastStuckNotificationAt))
 	t.row(outbox.KeyLastDeadLetterAt, formatTimePtr(h.LastDeadLetterAt))
@@ -247,7 +248,7 @@ func toDeadJSON(d outbox.DeadLetter) deadJSON {
 func parseDeadID(what, s string) (outbox.ID, error) {
 	id, err := outbox.ParseID(s)
 	if err != nil || id.IsNil() {
-		return outbox.NilID, usagef("%s %q is not a valid id: want a UUID such as 01890a5d-ac96-774b-bcce-b302099a8057", what, s)
+		return outbox.NilID, cli.Usagef("%s %q is not a valid id: want a UUID such as 01890a5d-ac96-774b-bcce-b302099a8057", what, s)
 	}
 	return id, nil
 }
@@ -268,7 +269,7 @@ of a page as --before to get the next one.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 || limit > outbox.MaxListLimit {
-				return usagef("--limit is %d; it must be from 1 to %d", limit, outbox.MaxListLimit)
+				return cli.Usagef("--limit is %d; it must be from 1 to %d", limit, outbox.MaxListLimit)
 			}
 			opts := outbox.ListOptions{Limit: limit}
 			if before != "" {
@@ -295,7 +296,7 @@ func runDeadList(ctx context.Context, out io.Writer, f *dbFlags, opts outbox.Lis
 	defer db.Close()
 	list, err := store.ListDead(ctx, opts)
 	if errors.Is(err, outbox.ErrNotFound) {
-		return usagef("--before: no dead letter %s in schema %q (was it deleted by retention?)", opts.Before, db.schema)
+		return cli.Usagef("--before: no dead letter %s in schema %q (was it deleted by retention?)", opts.Before, db.schema)
 	}
 	if err != nil {
 		return fmt.Errorf("list dead letters: %w", err)
@@ -321,7 +322,7 @@ func runDeadList(ctx context.Context, out io.Writer, f *dbFlags, opts outbox.Lis
 		if !d.RequeuedAs.IsNil() {
 			requeued = d.RequeuedAs.String()
 		}
-		t.row(d.ID.String(), d.Lane, formatTime(d.ParkedAt), requeued, cut(d.Error, 80))
+		t.row(d.ID.String(), d.Lane, formatTime(d.ParkedAt), requeued, cli.Cut(d.Error, 80))
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -361,7 +362,7 @@ func runDeadShow(ctx context.Context, out io.Writer, f *dbFlags, id outbox.ID) e
 	defer db.Close()
 	d, err := store.GetDead(ctx, id)
 	if errors.Is(err, outbox.ErrNotFound) {
-		return usagef("no dead letter %s in schema %q", id, db.schema)
+		return cli.Usagef("no dead letter %s in schema %q", id, db.schema)
 	}
 	if err != nil {
 		return fmt.Errorf("read dead letter %s: %w", id, err)
@@ -428,12 +429,12 @@ func runDeadRequeue(ctx context.Context, out io.Writer, f *dbFlags, id outbox.ID
 	err = store.Requeue(ctx, id, newID)
 	switch {
 	case errors.Is(err, outbox.ErrNotFound):
-		return usagef("no dead letter %s in schema %q", id, db.schema)
+		return cli.Usagef("no dead letter %s in schema %q", id, db.schema)
 	case errors.Is(err, outbox.ErrAlreadyRequeued):
 		if d, gerr := store.GetDead(ctx, id); gerr == nil && !d.RequeuedAs.IsNil() {
-			return usagef("dead letter %s was requeued already, as %s at %s", id, d.RequeuedAs, formatTime(d.RequeuedAt))
+			return cli.Usagef("dead letter %s was requeued already, as %s at %s", id, d.RequeuedAs, formatTime(d.RequeuedAt))
 		}
-		return usagef("dead letter %s was requeued already", id)
+		return cli.Usagef("dead letter %s was requeued already", id)
 	case err != nil:
 		return fmt.Errorf("requeue dead letter %s: %w", id, err)
 	}

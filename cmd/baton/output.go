@@ -64,26 +64,3 @@ func formatStringPtr(s *string) string {
 	}
 	return *s
 }
-
-// cut shortens s to n runes for a table cell.
-func cut(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
-}
-
-// formatDuration prints d rounded for people: 1.52s, 350ms.
-func formatDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + formatDuration(-d)
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return fmt.Sprintf("%.2fs", d.Seconds())
-	default:
-		return d.Round(time.Second).String()
-	}
-}

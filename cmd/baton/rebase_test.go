@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
 	locksmemory "github.com/baton-go/baton/locks/memory"
@@ -79,11 +79,11 @@ func TestOutboxRebase_AfterARealDumpAndRestoreTheDriverRefusesThenDeliversInOrde
 		notices  []outbox.Notice
 		noticeCh = make(chan struct{}, 16)
 	)
-	locks, err := locksmemory.New(locksmemory.Options{})
+	locks, err := locksmemory.NewProvider(locksmemory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: dstStore, Locks: locks,
 		Processors: []outbox.Processor{outbox.ProcessorFunc{LaneName: "restore", Func: func(_ context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
 			mu.Lock()
@@ -188,7 +188,7 @@ func TestOutboxRebase_AfterARealDumpAndRestoreTheDriverRefusesThenDeliversInOrde
 
 // outboxOn opens a pool on url and the outbox store in schema, migrating
 // it first when asked to.
-func outboxOn(t *testing.T, ctx context.Context, url, schema string, migrate bool) (*pgxpool.Pool, *postgres.OutboxStore) {
+func outboxOn(t *testing.T, ctx context.Context, url, schema string, migrate bool) (*pgxpool.Pool, *pgxstore.OutboxStore) {
 	t.Helper()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -196,11 +196,11 @@ func outboxOn(t *testing.T, ctx context.Context, url, schema string, migrate boo
 	}
 	t.Cleanup(pool.Close)
 	if migrate {
-		if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{Schema: schema}); err != nil {
+		if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{Schema: schema}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	st, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{Schema: schema})
+	st, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func outboxOn(t *testing.T, ctx context.Context, url, schema string, migrate boo
 
 // commitEntries commits one transaction per count, of that many entries,
 // and returns every id, in commit order.
-func commitEntries(t *testing.T, ctx context.Context, pool *pgxpool.Pool, st *postgres.OutboxStore, counts ...int) []outbox.ID {
+func commitEntries(t *testing.T, ctx context.Context, pool *pgxpool.Pool, st *pgxstore.OutboxStore, counts ...int) []outbox.ID {
 	t.Helper()
 	var ids []outbox.ID
 	for _, n := range counts {
@@ -234,7 +234,7 @@ func commitEntries(t *testing.T, ctx context.Context, pool *pgxpool.Pool, st *po
 }
 
 // visibleEntries waits until n entries are visible and returns them.
-func visibleEntries(t *testing.T, ctx context.Context, st *postgres.OutboxStore, n int) []outbox.Entry {
+func visibleEntries(t *testing.T, ctx context.Context, st *pgxstore.OutboxStore, n int) []outbox.Entry {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		es, err := st.Scan(ctx, outbox.Cursor{}, 100)

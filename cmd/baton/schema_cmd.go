@@ -10,7 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 )
 
 // batonTables are the tables baton's migrations create (besides the
@@ -18,12 +19,12 @@ import (
 // in the shape this binary expects".
 var batonTables = []string{
 	"baton_lock_fences",
-	postgres.LeaseTable,
-	postgres.OutboxTable,
-	postgres.OutboxStateTable,
-	postgres.OutboxDeadTable,
-	postgres.ProjectionHeaderTable,
-	postgres.ProjectionDetailTable,
+	pgxstore.LeaseTable,
+	pgxstore.OutboxTable,
+	pgxstore.OutboxStateTable,
+	pgxstore.OutboxDeadTable,
+	pgxstore.ProjectionHeaderTable,
+	pgxstore.ProjectionDetailTable,
 }
 
 func newSchemaCommand() *cobra.Command {
@@ -43,9 +44,9 @@ same against a live database, and creates the schema.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), map[string]string{"sql": postgres.SchemaSQL()})
+				return writeJSON(cmd.OutOrStdout(), map[string]string{"sql": pgxstore.SchemaSQL()})
 			}
-			_, err := fmt.Fprint(cmd.OutOrStdout(), postgres.SchemaSQL())
+			_, err := fmt.Fprint(cmd.OutOrStdout(), pgxstore.SchemaSQL())
 			return err
 		},
 	}
@@ -85,7 +86,7 @@ type migrateReport struct {
 }
 
 func runMigrate(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
-	pool, err := openPool(ctx, f.url, "--postgres")
+	pool, err := cli.OpenPool(ctx, f.url, "--postgres")
 	if err != nil {
 		return err
 	}
@@ -98,7 +99,7 @@ func runMigrate(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
 	if err != nil {
 		return err
 	}
-	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{Schema: schema}); err != nil {
+	if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{Schema: schema}); err != nil {
 		return schemaNameError(err)
 	}
 	after, err := readMigrations(ctx, pool, schema)
@@ -173,7 +174,7 @@ func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
 		return err
 	}
 	if n == 0 {
-		return usagef("schema %q has none of baton's tables; create them with: baton migrate --schema %s", db.schema, db.schema)
+		return cli.Usagef("schema %q has none of baton's tables; create them with: baton migrate --schema %s", db.schema, db.schema)
 	}
 	rep := verifyReport{Schema: db.schema, Problems: []string{}, DDL: []string{}}
 	if recs, err := readMigrations(ctx, db.pool, db.schema); err == nil {
@@ -181,8 +182,8 @@ func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
 			rep.Version = max(rep.Version, m.Version)
 		}
 	}
-	err = postgres.VerifySchema(ctx, db.pool, postgres.VerifyOptions{Schema: db.schema})
-	var se *postgres.SchemaError
+	err = pgxstore.VerifySchema(ctx, db.pool, pgxstore.VerifyOptions{Schema: db.schema})
+	var se *pgxstore.SchemaError
 	switch {
 	case err == nil:
 		rep.OK = true

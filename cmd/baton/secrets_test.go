@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/baton-go/baton/cmd/baton/internal/cli"
 )
 
 // secret is the password in the connection strings below: it must never
@@ -13,7 +15,7 @@ import (
 const secret = "hunter2-s3cret"
 
 func TestCLI_NeverPrintsADatabasePassword(t *testing.T) {
-	t.Setenv(envDatabaseURL, "")
+	t.Setenv(cli.EnvDatabaseURL, "")
 	for _, tc := range []struct {
 		name string
 		conn string
@@ -45,10 +47,10 @@ func TestCLI_NeverPrintsADatabasePassword(t *testing.T) {
 					t.Errorf("baton %s: exit status %d, want %d (stderr %q)", args[0], r.code, tc.code, r.stderr)
 				}
 			}
-			t.Setenv(envDatabaseURL, tc.conn)
+			t.Setenv(cli.EnvDatabaseURL, tc.conn)
 			r := runCLI(t, "outbox", "status")
 			if strings.Contains(r.stdout+r.stderr, secret) {
-				t.Errorf("baton outbox status with %s printed the password: %s", envDatabaseURL, r.stderr)
+				t.Errorf("baton outbox status with %s printed the password: %s", cli.EnvDatabaseURL, r.stderr)
 			}
 		})
 	}
@@ -56,14 +58,14 @@ func TestCLI_NeverPrintsADatabasePassword(t *testing.T) {
 
 func TestRedact_HidesEverySecretAndKeepsTheChain(t *testing.T) {
 	conn := "postgres://app:" + secret + "@db:5432/app"
-	err := redact(fmt.Errorf("server said: bad login %s for %s: %w", secret, conn, context.DeadlineExceeded), conn, secret, "")
+	err := cli.Redact(fmt.Errorf("server said: bad login %s for %s: %w", secret, conn, context.DeadlineExceeded), conn, secret, "")
 	if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "db:5432") {
 		t.Errorf("redacted message %q still shows the secret or the connection string", err)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("redact broke the error chain: %v", err)
+		t.Errorf("Redact broke the error chain: %v", err)
 	}
-	if redact(nil, secret) != nil {
-		t.Error("redact(nil) is not nil")
+	if cli.Redact(nil, secret) != nil {
+		t.Error("Redact(nil) is not nil")
 	}
 }

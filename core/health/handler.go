@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // DefaultStaleAfter is how long past its due time a component may go
@@ -41,21 +43,18 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
 	switch {
 	case len(c.Components) == 0:
-		return bad("Components is empty; a probe needs something to judge")
+		return config.Invalid(ErrInvalidConfig, "Components", "is empty; a probe needs something to judge")
 	case c.StaleAfter < 0:
-		return bad("StaleAfter is %v; it must be positive", c.StaleAfter)
+		return config.Invalid(ErrInvalidConfig, "StaleAfter", "is %v; it must be positive", c.StaleAfter)
 	}
 	for name, r := range c.Components {
 		switch {
 		case name == "" || strings.ContainsAny(name, "\x00\n"):
-			return bad("Components: the name %q is empty or not one line", name)
+			return config.Invalid(ErrInvalidConfig, "Components", "has the name %q, empty or not one line", name)
 		case r == nil:
-			return bad("Components[%q] is nil", name)
+			return config.Invalid(ErrInvalidConfig, fmt.Sprintf("Components[%q]", name), "is nil")
 		}
 	}
 	return nil

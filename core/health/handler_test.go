@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/health"
 )
 
@@ -131,12 +132,14 @@ func TestNewHandler_RefusesConfigsItCannotJudgeWith(t *testing.T) {
 		field string
 	}{
 		{health.Config{}, "Components"},
-		{health.Config{Components: map[string]health.Reporter{"": ok}}, "name"},
+		{health.Config{Components: map[string]health.Reporter{"": ok}}, "Components"},
 		{health.Config{Components: map[string]health.Reporter{"outbox": nil}}, `Components["outbox"]`},
 		{health.Config{Components: map[string]health.Reporter{"outbox": ok}, StaleAfter: -time.Second}, "StaleAfter"},
 	} {
-		if _, err := health.NewHandler(c.cfg); !errors.Is(err, health.ErrInvalidConfig) || !strings.Contains(err.Error(), c.field) {
-			t.Errorf("NewHandler(%+v) = %v, want ErrInvalidConfig naming %s", c.cfg, err, c.field)
+		_, err := health.NewHandler(c.cfg)
+		var fe *config.FieldError
+		if !errors.Is(err, health.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("NewHandler(%+v) = %v, want ErrInvalidConfig through a FieldError for %s", c.cfg, err, c.field)
 		}
 	}
 }

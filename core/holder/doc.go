@@ -16,7 +16,7 @@
 //     advertised address (Lease.CurrentHolderAddress), and the holder's
 //     response, streaming included, is relayed unbuffered;
 //   - the lease (or partition set) is not registered in the Registry: 503,
-//     or, with Options.PassThroughUnregistered (single-instance development
+//     or, with Config.PassThroughUnregistered (single-instance development
 //     without a lease store), the next handler runs locally. A name that is
 //     not registered when the middleware is built is logged at error level,
 //     since it is often a misspelling that would otherwise run the role's
@@ -29,15 +29,15 @@
 //
 // The proxy never retries and never queues. A request it cannot hand to the
 // holder at once is answered 503 Service Unavailable with a Retry-After
-// header (Options.RetryAfter, whole seconds, default DefaultRetryAfter), and
+// header (Config.RetryAfter, whole seconds, default DefaultRetryAfter), and
 // the local handler does not run:
 //
 //   - unknown holder: the snapshot has no address (no holder yet, or the
 //     holder advertised none);
-//   - failover race: the snapshot names this instance (Options.Self) although
+//   - failover race: the snapshot names this instance (Config.Self) although
 //     IsHeld is false, e.g. the lease just lapsed locally;
 //   - unreachable holder: dial error, TLS error, no response headers within
-//     Options.ResponseHeaderTimeout, or any other transport error before the
+//     Config.ResponseHeaderTimeout, or any other transport error before the
 //     response started;
 //   - loop guard: the request was already forwarded once (it carries
 //     LoopGuardHeader) and this instance does not hold the lease either;
@@ -69,16 +69,16 @@
 //
 // The holder address comes from the lease table, and whoever can write that
 // table chooses where clients' requests go. Every forward is therefore
-// checked against Options.Peers (or Options.AllowPeer) first; an address
+// checked against Config.Peers (or Config.AllowPeer) first; an address
 // outside it is answered 503, logged as an error, and sent nothing.
 // Loopback and link-local addresses must be named explicitly, and the
 // default transport checks the address a host name resolves to as well.
-// Options.StripCredentials removes Authorization and Cookie from forwarded
+// Config.StripCredentials removes Authorization and Cookie from forwarded
 // requests; TLS between instances (an https address and a Transport that
 // verifies the peer) keeps them off the wire in clear.
 //
 // The client's X-Forwarded-Host, X-Forwarded-Proto and Forwarded headers
-// are replaced by the proxy's own unless Options.TrustForwardedHeaders says
+// are replaced by the proxy's own unless Config.TrustForwardedHeaders says
 // an ingress in front of every instance set them.
 //
 // Install the middleware before authentication and routing, so that a

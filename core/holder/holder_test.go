@@ -94,7 +94,10 @@ type clusterSpec struct {
 // manager advertising its own server URL, and cleans all of it up.
 func startCluster(t *testing.T, spec clusterSpec) []*node {
 	t.Helper()
-	store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tr := &http.Transport{}
 	app := spec.app
 	if app == nil {
@@ -127,9 +130,7 @@ func startCluster(t *testing.T, spec clusterSpec) []*node {
 		n.srv.Start()
 	}
 	for _, n := range nodes {
-		if err := n.mgr.Start(context.Background()); err != nil {
-			t.Fatalf("%s: Start: %v", n.name, err)
-		}
+		run(t, n.mgr)
 	}
 	return nodes
 }
@@ -270,4 +271,25 @@ func newSilentServer(t *testing.T, unblock <-chan struct{}) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// memLeases is a fresh in-memory lease store.
+func memLeases(t *testing.T) *memory.LeaseStore {
+	t.Helper()
+	st, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// run runs m until the test ends; the cleanup closes m and waits for Run.
+func run(t *testing.T, m *lease.Manager) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	t.Cleanup(func() {
+		_ = m.Close(context.Background())
+		<-done
+	})
 }

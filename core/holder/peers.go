@@ -8,13 +8,15 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // errNotPeer marks a holder address, or an address it resolved to, that the
 // peer policy refuses.
 var errNotPeer = errors.New("not an allowed peer")
 
-// Address ranges that no entry of Options.Peers covers by accident: an
+// Address ranges that no entry of Config.Peers covers by accident: an
 // entry allows an address in them only if the entry lies inside the range
 // itself.
 var (
@@ -24,7 +26,7 @@ var (
 	linkLocalV6 = netip.MustParsePrefix("fe80::/10")
 )
 
-// peerPolicy is Options.Peers and Options.AllowPeer, parsed. A lease row is
+// peerPolicy is Config.Peers and Config.AllowPeer, parsed. A lease row is
 // written by whoever can write the lease table; the policy is what keeps a
 // row naming someone else's server from receiving the clients' requests.
 type peerPolicy struct {
@@ -39,8 +41,8 @@ type peerPolicy struct {
 
 func newPeerPolicy(entries []string, allow func(*url.URL) bool) (*peerPolicy, error) {
 	if len(entries) == 0 && allow == nil {
-		return nil, invalid("Options.Peers is empty and Options.AllowPeer is nil; the proxy would forward " +
-			"clients' requests to whatever address a lease row names: list your instances' networks or host names, " +
+		return nil, invalid("Config.Peers", "is empty and Config.AllowPeer is nil; the proxy would forward "+
+			"clients' requests to whatever address a lease row names: list your instances' networks or host names, "+
 			"e.g. Peers: []string{\"10.0.0.0/8\"}")
 	}
 	p := &peerPolicy{names: map[string]bool{}, allow: allow}
@@ -55,14 +57,14 @@ func newPeerPolicy(entries []string, allow func(*url.URL) bool) (*peerPolicy, er
 		name := strings.ToLower(strings.TrimSuffix(e, "."))
 		if suffix, ok := strings.CutPrefix(name, "."); ok {
 			if !validHostName(suffix) {
-				return nil, invalid("Options.Peers[%d]: %q is not a domain suffix such as \".pods.internal\"", i, e)
+				return nil, config.Wrap(ErrInvalidConfig, fmt.Sprintf("Config.Peers[%d]", i), fmt.Errorf("%q is not a domain suffix such as \".pods.internal\"", e))
 			}
 			p.suffixes = append(p.suffixes, name)
 			continue
 		}
 		if !validHostName(name) {
-			return nil, invalid("Options.Peers[%d]: %q is not an IP address, a CIDR prefix, a host name or a "+
-				"\".domain\" suffix (no scheme, port or path)", i, e)
+			return nil, config.Wrap(ErrInvalidConfig, fmt.Sprintf("Config.Peers[%d]", i), fmt.Errorf("%q is not an IP address, a CIDR prefix, a host name or a "+
+				"\".domain\" suffix (no scheme, port or path)", e))
 		}
 		p.names[name] = true
 	}
@@ -115,7 +117,7 @@ func validHostName(s string) bool {
 // checkAddress judges an address the proxy is about to connect to, however
 // it was found (an IP in the lease row, or a name resolved at dial time):
 // never unspecified or multicast (0.0.0.0 reaches the local machine), and
-// loopback or link-local only when Options.Peers names that range.
+// loopback or link-local only when Config.Peers names that range.
 func (p *peerPolicy) checkAddress(ip netip.Addr) error {
 	ip = ip.Unmap().WithZone("")
 	switch {
@@ -129,7 +131,7 @@ func (p *peerPolicy) checkAddress(ip netip.Addr) error {
 				return nil
 			}
 		}
-		return fmt.Errorf("%w: %s is a loopback or link-local address, which Options.Peers must name explicitly "+
+		return fmt.Errorf("%w: %s is a loopback or link-local address, which Config.Peers must name explicitly "+
 			"(e.g. \"127.0.0.1\")", errNotPeer, ip)
 	}
 	return nil
@@ -162,7 +164,7 @@ func (p *peerPolicy) check(target *url.URL) error {
 	if p.allow != nil && p.allow(&url.URL{Scheme: target.Scheme, Host: target.Host}) {
 		return nil
 	}
-	return fmt.Errorf("%w: %s is not in Options.Peers", errNotPeer, target.Host)
+	return fmt.Errorf("%w: %s is not in Config.Peers", errNotPeer, target.Host)
 }
 
 // dialControl checks every address the default transport connects to,

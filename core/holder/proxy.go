@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/lease"
 )
 
@@ -17,20 +18,20 @@ import (
 // holder of role and forwards them there from every other instance (see the
 // package documentation for the full behaviour). The lease is looked up in
 // reg per request; while role is not registered, covered requests are
-// answered 503, or run locally with Options.PassThroughUnregistered. A role
+// answered 503, or run locally with Config.PassThroughUnregistered. A role
 // not registered when RoleProxy is called is logged at error level (or, with
 // the pass-through, as a warning): it is often a misspelled name.
 //
 // It reports ErrInvalidConfig for a nil reg, an invalid role name, no
-// prefixes, a prefix that is not a clean absolute path, or bad Options.
-func RoleProxy(reg *lease.Registry, role string, opts Options, prefixes ...string) (func(http.Handler) http.Handler, error) {
+// prefixes, a prefix that is not a clean absolute path, or bad Config.
+func RoleProxy(reg *lease.Registry, role string, cfg Config, prefixes ...string) (func(http.Handler) http.Handler, error) {
 	if reg == nil {
-		return nil, invalid("reg is nil")
+		return nil, invalid("reg", "is nil")
 	}
 	if err := lease.ValidateRole(role); err != nil {
-		return nil, invalid("role: %v", err)
+		return nil, config.Wrap(ErrInvalidConfig, "role", err)
 	}
-	f, err := newForwarder(opts, prefixes)
+	f, err := newForwarder(cfg, prefixes)
 	if err != nil {
 		return nil, err
 	}
@@ -79,35 +80,35 @@ func (p *roleProxy) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 // partition's holder. A request for which key reports false or an empty key
 // is answered 400 Bad Request and never forwarded. While no partition set
 // called partition is registered in reg, covered requests are answered 503,
-// or run locally with Options.PassThroughUnregistered.
+// or run locally with Config.PassThroughUnregistered.
 //
 // key runs on every covered request, before any body is read; it should
 // only look at the path, query or headers.
 func PartitionProxy(reg *lease.Registry, partition string, key func(*http.Request) (string, bool),
-	opts Options, prefixes ...string) (func(http.Handler) http.Handler, error) {
-	return newPartitionProxy(reg, partition, "", false, key, opts, prefixes)
+	cfg Config, prefixes ...string) (func(http.Handler) http.Handler, error) {
+	return newPartitionProxy(reg, partition, "", false, key, cfg, prefixes)
 }
 
 // PartitionProxyScoped is PartitionProxy for keys within a scope
 // (lease.Partition.ResolveScoped): pass the same stable scope the owning
 // subsystem hashes with, or requests land on the wrong partition.
 func PartitionProxyScoped(reg *lease.Registry, partition, scope string, key func(*http.Request) (string, bool),
-	opts Options, prefixes ...string) (func(http.Handler) http.Handler, error) {
-	return newPartitionProxy(reg, partition, scope, true, key, opts, prefixes)
+	cfg Config, prefixes ...string) (func(http.Handler) http.Handler, error) {
+	return newPartitionProxy(reg, partition, scope, true, key, cfg, prefixes)
 }
 
 func newPartitionProxy(reg *lease.Registry, partition, scope string, scoped bool,
-	key func(*http.Request) (string, bool), opts Options, prefixes []string) (func(http.Handler) http.Handler, error) {
+	key func(*http.Request) (string, bool), cfg Config, prefixes []string) (func(http.Handler) http.Handler, error) {
 	switch {
 	case reg == nil:
-		return nil, invalid("reg is nil")
+		return nil, invalid("reg", "is nil")
 	case key == nil:
-		return nil, invalid("key is nil")
+		return nil, invalid("key", "is nil")
 	}
 	if err := lease.ValidateRole(partition); err != nil {
-		return nil, invalid("partition: %v", err)
+		return nil, config.Wrap(ErrInvalidConfig, "partition", err)
 	}
-	f, err := newForwarder(opts, prefixes)
+	f, err := newForwarder(cfg, prefixes)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +182,7 @@ type route struct {
 	role   string
 }
 
-func newForwarder(opts Options, prefixes []string) (*forwarder, error) {
+func newForwarder(opts Config, prefixes []string) (*forwarder, error) {
 	cfg, err := opts.resolve(prefixes)
 	if err != nil {
 		return nil, err
@@ -207,7 +208,7 @@ func (f *forwarder) startupUnregistered(kind, name string) {
 		return
 	}
 	f.log.Error("holder proxy: the "+kind+" is not registered in the registry; its requests are answered 503 until it is. "+
-		"Is the name misspelled? A single instance without a lease store sets Options.PassThroughUnregistered", kind, name)
+		"Is the name misspelled? A single instance without a lease store sets Config.PassThroughUnregistered", kind, name)
 }
 
 // unregistered handles a covered request while the role or partition set
@@ -301,7 +302,7 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, err error
 	f.unavailable(w, r, role, "the holder is unreachable", "holder", holder, "err", err)
 }
 
-// refusePeer answers 503 for a holder address outside Options.Peers. It is
+// refusePeer answers 503 for a holder address outside Config.Peers. It is
 // logged as an error: either the peer list misses an instance, or someone
 // wrote a lease row to receive the clients' requests.
 func (f *forwarder) refusePeer(w http.ResponseWriter, r *http.Request, role string, target *url.URL, err error) {

@@ -24,7 +24,7 @@ const role = "maintenance"
 // never dialed.
 var testPeers = []string{"127.0.0.1", "10.0.0.0/8", "holder.invalid"}
 
-func roleCluster(t *testing.T, opts holder.Options, app func(*node) http.Handler) []*node {
+func roleCluster(t *testing.T, opts holder.Config, app func(*node) http.Handler) []*node {
 	return startCluster(t, clusterSpec{
 		size:     3,
 		register: registerRole(role),
@@ -44,7 +44,7 @@ func roleCluster(t *testing.T, opts holder.Options, app func(*node) http.Handler
 }
 
 func TestRoleProxy_NonHolderForwardsToHolderAndRelaysItsResponse(t *testing.T) {
-	nodes := roleCluster(t, holder.Options{Peers: testPeers}, nil)
+	nodes := roleCluster(t, holder.Config{Peers: testPeers}, nil)
 	h, others := waitForHolder(t, nodes, role)
 	c := newClient(t)
 
@@ -106,7 +106,7 @@ func TestRoleProxy_StreamsSSEEventsBeforeTheHandlerEnds(t *testing.T) {
 			ended.Store(true)
 		})
 	}
-	nodes := roleCluster(t, holder.Options{Peers: testPeers}, sse)
+	nodes := roleCluster(t, holder.Config{Peers: testPeers}, sse)
 	h, others := waitForHolder(t, nodes, role)
 	defer func() {
 		select {
@@ -157,7 +157,7 @@ func TestRoleProxy_StreamsSSEEventsBeforeTheHandlerEnds(t *testing.T) {
 }
 
 func TestRoleProxy_ForwardedRequestOnNonHolderIs503AndNeverRunsLocally(t *testing.T) {
-	nodes := roleCluster(t, holder.Options{Peers: testPeers}, nil)
+	nodes := roleCluster(t, holder.Config{Peers: testPeers}, nil)
 	h, others := waitForHolder(t, nodes, role)
 	c := newClient(t)
 	guard := http.Header{holder.LoopGuardHeader: {"http://elsewhere:1"}}
@@ -179,7 +179,7 @@ func TestRoleProxy_ForwardedRequestOnNonHolderIs503AndNeverRunsLocally(t *testin
 }
 
 func TestProxy_PathsOutsideThePrefixesPassThroughOnEveryInstance(t *testing.T) {
-	nodes := roleCluster(t, holder.Options{Peers: testPeers}, nil)
+	nodes := roleCluster(t, holder.Config{Peers: testPeers}, nil)
 	waitForHolder(t, nodes, role)
 	c := newClient(t)
 	paths := []string{"/", "/public", "/maintenancex", "/maintenance-streamsx/a", "/api/maintenance"}
@@ -197,12 +197,12 @@ func TestProxy_PathsOutsideThePrefixesPassThroughOnEveryInstance(t *testing.T) {
 }
 
 func TestProxy_PrefixesMatchWholePathSegments(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	if _, err := m.Register(role); err != nil { // not started: never held, holder unknown
 		t.Fatal(err)
 	}
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers}, "/maintenance", "/ops/streams/")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: testPeers}, "/maintenance", "/ops/streams/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,13 +234,13 @@ func TestProxy_PrefixesMatchWholePathSegments(t *testing.T) {
 
 func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 	t.Run("no holder yet", func(t *testing.T) {
-		m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+		m := newManager(t, memLeases(t), "solo", "")
 		t.Cleanup(func() { m.Close(context.Background()) })
 		if _, err := m.Register(role); err != nil {
 			t.Fatal(err)
 		}
 		var ran atomic.Bool
-		mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, RetryAfter: 1500 * time.Millisecond}, "/maintenance")
+		mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: testPeers, RetryAfter: 1500 * time.Millisecond}, "/maintenance")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +251,10 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 		}
 	})
 	t.Run("holder advertised no address", func(t *testing.T) {
-		store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+		store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		seed(t, store, role, "other", "", time.Minute)
 		m := newManager(t, store, "solo", "")
 		t.Cleanup(func() { m.Close(context.Background()) })
@@ -259,9 +262,7 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		run(t, m)
 		deadline := time.Now().Add(testDeadline)
 		for l.CurrentHolder() != "other" {
 			if time.Now().After(deadline) {
@@ -269,7 +270,7 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers}, "/maintenance")
+		mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: testPeers}, "/maintenance")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +283,10 @@ func TestRoleProxy_UnknownHolderIs503WithRetryAfter(t *testing.T) {
 // address.
 func seededLease(t *testing.T, address string) *lease.Manager {
 	t.Helper()
-	store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	seed(t, store, role, "other", address, time.Minute)
 	m := newManager(t, store, "solo", "http://127.0.0.1:9")
 	t.Cleanup(func() { m.Close(context.Background()) })
@@ -290,9 +294,7 @@ func seededLease(t *testing.T, address string) *lease.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	run(t, m)
 	waitForSnapshot(t, l, address)
 	return m
 }
@@ -300,7 +302,7 @@ func seededLease(t *testing.T, address string) *lease.Manager {
 func TestRoleProxy_UnreachableHolderIs503WithRetryAfter(t *testing.T) {
 	m := seededLease(t, closedPortURL(t))
 	// The default transport, with its dial timeout.
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, DialTimeout: time.Second}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: testPeers, DialTimeout: time.Second}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +322,7 @@ func TestRoleProxy_HolderSilentPastResponseHeaderTimeoutIs503(t *testing.T) {
 	unblock := make(chan struct{})
 	slow := newSilentServer(t, unblock)
 	m := seededLease(t, slow)
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, ResponseHeaderTimeout: 150 * time.Millisecond}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: testPeers, ResponseHeaderTimeout: 150 * time.Millisecond}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +339,7 @@ func TestRoleProxy_SnapshotNamingThisInstanceIs503WithoutForwarding(t *testing.T
 		trips.Add(1)
 		return nil, errors.New("must not be called")
 	})
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, Self: self, Transport: tr}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: testPeers, Self: self, Transport: tr}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +357,7 @@ func TestRoleProxy_TransportErrorIs503(t *testing.T) {
 		got = r
 		return nil, errors.New("tls: handshake failure")
 	})
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, Transport: tr}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: testPeers, Transport: tr}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,10 +369,10 @@ func TestRoleProxy_TransportErrorIs503(t *testing.T) {
 }
 
 func TestRoleProxy_UnregisteredLeasePassesThroughWhenAskedTo(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	logs := &recordingHandler{}
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers, PassThroughUnregistered: true,
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: testPeers, PassThroughUnregistered: true,
 		Logger: slog.New(logs)}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
@@ -391,13 +393,13 @@ func TestRoleProxy_UnregisteredLeasePassesThroughWhenAskedTo(t *testing.T) {
 }
 
 func TestRoleProxy_ClosedLeaseIs503NotLocal(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	l, err := m.Register(role)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: testPeers}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: testPeers}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +433,7 @@ func partitionCluster(t *testing.T) []*node {
 			}
 		},
 		proxy: func(n *node, tr http.RoundTripper) (func(http.Handler) http.Handler, error) {
-			o := holder.Options{Peers: testPeers, Self: n.url, Transport: tr}
+			o := holder.Config{Peers: testPeers, Self: n.url, Transport: tr}
 			byDevice, err := holder.PartitionProxy(n.reg(), partition, deviceKey, o, "/device-api")
 			if err != nil {
 				return nil, err
@@ -512,9 +514,9 @@ func TestPartitionProxy_ForwardsToThePartitionsHolder(t *testing.T) {
 }
 
 func TestPartitionProxy_UnregisteredPartitionPassesThroughWhenAskedTo(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
-	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{Peers: testPeers, PassThroughUnregistered: true}, "/device-api")
+	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Config{Peers: testPeers, PassThroughUnregistered: true}, "/device-api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,13 +528,13 @@ func TestPartitionProxy_UnregisteredPartitionPassesThroughWhenAskedTo(t *testing
 }
 
 func TestPartitionProxy_ClosedPartitionIs503NotLocal(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	p, err := m.RegisterPartition(partition, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{Peers: testPeers}, "/device-api")
+	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Config{Peers: testPeers}, "/device-api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,16 +546,16 @@ func TestPartitionProxy_ClosedPartitionIs503NotLocal(t *testing.T) {
 }
 
 func TestConstructors_RejectInvalidArgumentsNamingTheField(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	reg := m.Registry()
 	tr := roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, errors.New("unused") })
-	role := func(reg *lease.Registry, name string, o holder.Options, prefixes ...string) error {
+	role := func(reg *lease.Registry, name string, o holder.Config, prefixes ...string) error {
 		_, err := holder.RoleProxy(reg, name, o, prefixes...)
 		return err
 	}
 	part := func(reg *lease.Registry, name string, key func(*http.Request) (string, bool)) error {
-		_, err := holder.PartitionProxy(reg, name, key, holder.Options{Peers: testPeers}, "/x")
+		_, err := holder.PartitionProxy(reg, name, key, holder.Config{Peers: testPeers}, "/x")
 		return err
 	}
 	for _, tc := range []struct {
@@ -561,17 +563,17 @@ func TestConstructors_RejectInvalidArgumentsNamingTheField(t *testing.T) {
 		err   error
 		field string
 	}{
-		{"nil registry", role(nil, "r", holder.Options{Peers: testPeers}, "/x"), "reg"},
-		{"empty role", role(reg, "", holder.Options{Peers: testPeers}, "/x"), "role"},
-		{"role with NUL", role(reg, "a\x00b", holder.Options{Peers: testPeers}, "/x"), "role"},
-		{"no prefixes", role(reg, "r", holder.Options{Peers: testPeers}), "prefixes"},
-		{"relative prefix", role(reg, "r", holder.Options{Peers: testPeers}, "maintenance"), "prefixes"},
-		{"unclean prefix", role(reg, "r", holder.Options{Peers: testPeers}, "/a/../b"), "prefixes"},
-		{"negative RetryAfter", role(reg, "r", holder.Options{Peers: testPeers, RetryAfter: -time.Second}, "/x"), "RetryAfter"},
-		{"negative DialTimeout", role(reg, "r", holder.Options{Peers: testPeers, DialTimeout: -1}, "/x"), "DialTimeout"},
-		{"negative ResponseHeaderTimeout", role(reg, "r", holder.Options{Peers: testPeers, ResponseHeaderTimeout: -1}, "/x"), "ResponseHeaderTimeout"},
-		{"timeouts with a Transport", role(reg, "r", holder.Options{Peers: testPeers, Transport: tr, DialTimeout: time.Second}, "/x"), "Transport"},
-		{"bad Self", role(reg, "r", holder.Options{Peers: testPeers, Self: "ftp://x"}, "/x"), "Self"},
+		{"nil registry", role(nil, "r", holder.Config{Peers: testPeers}, "/x"), "reg"},
+		{"empty role", role(reg, "", holder.Config{Peers: testPeers}, "/x"), "role"},
+		{"role with NUL", role(reg, "a\x00b", holder.Config{Peers: testPeers}, "/x"), "role"},
+		{"no prefixes", role(reg, "r", holder.Config{Peers: testPeers}), "prefixes"},
+		{"relative prefix", role(reg, "r", holder.Config{Peers: testPeers}, "maintenance"), "prefixes"},
+		{"unclean prefix", role(reg, "r", holder.Config{Peers: testPeers}, "/a/../b"), "prefixes"},
+		{"negative RetryAfter", role(reg, "r", holder.Config{Peers: testPeers, RetryAfter: -time.Second}, "/x"), "RetryAfter"},
+		{"negative DialTimeout", role(reg, "r", holder.Config{Peers: testPeers, DialTimeout: -1}, "/x"), "DialTimeout"},
+		{"negative ResponseHeaderTimeout", role(reg, "r", holder.Config{Peers: testPeers, ResponseHeaderTimeout: -1}, "/x"), "ResponseHeaderTimeout"},
+		{"timeouts with a Transport", role(reg, "r", holder.Config{Peers: testPeers, Transport: tr, DialTimeout: time.Second}, "/x"), "Transport"},
+		{"bad Self", role(reg, "r", holder.Config{Peers: testPeers, Self: "ftp://x"}, "/x"), "Self"},
 		{"partition: nil registry", part(nil, "p", deviceKey), "reg"},
 		{"partition: empty name", part(reg, "", deviceKey), "partition"},
 		{"partition: nil key", part(reg, "p", nil), "key"},
@@ -585,10 +587,10 @@ func TestConstructors_RejectInvalidArgumentsNamingTheField(t *testing.T) {
 			t.Errorf("%s: %q does not name %s", tc.name, tc.err, tc.field)
 		}
 	}
-	if _, err := holder.PartitionProxyScoped(reg, partition, "Order", nil, holder.Options{Peers: testPeers}, "/x"); !errors.Is(err, holder.ErrInvalidConfig) {
+	if _, err := holder.PartitionProxyScoped(reg, partition, "Order", nil, holder.Config{Peers: testPeers}, "/x"); !errors.Is(err, holder.ErrInvalidConfig) {
 		t.Errorf("scoped, nil key: %v", err)
 	}
-	if _, err := holder.RoleProxy(reg, "r", holder.Options{Peers: testPeers, Self: "10.0.0.5:8080"}, "/", "/a/"); err != nil {
+	if _, err := holder.RoleProxy(reg, "r", holder.Config{Peers: testPeers, Self: "10.0.0.5:8080"}, "/", "/a/"); err != nil {
 		t.Errorf("valid arguments rejected: %v", err)
 	}
 }

@@ -56,7 +56,7 @@ func TestRoleProxy_ARowPointingAtAnAttackerReceivesNothing(t *testing.T) {
 	// on another loopback address, as a host outside the list would be.
 	evil := newAttacker(t, "127.0.0.2")
 	m := seededLease(t, evil.url)
-	for name, opts := range map[string]holder.Options{
+	for name, opts := range map[string]holder.Config{
 		"default transport": {Peers: []string{"127.0.0.1"}},
 		"custom transport":  {Peers: []string{"127.0.0.1"}, Transport: &http.Transport{}},
 		"AllowPeer says no": {AllowPeer: func(u *url.URL) bool { return u.Hostname() == "127.0.0.1" }},
@@ -111,7 +111,7 @@ func TestRoleProxy_PeersAreCheckedOnEveryForwardBeforeAnythingIsSent(t *testing.
 		{"http://224.0.0.1:8080", false},
 	} {
 		m := seededLease(t, tc.addr)
-		mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: peers, Transport: tr}, "/maintenance")
+		mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: peers, Transport: tr}, "/maintenance")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +149,7 @@ func TestRoleProxy_LoopbackAndLinkLocalNeedAnEntryOfTheirOwn(t *testing.T) {
 	} {
 		m := seededLease(t, tc.addr)
 		allowAll := func(*url.URL) bool { return true }
-		mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: tc.peers, AllowPeer: allowAll, Transport: tr}, "/maintenance")
+		mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: tc.peers, AllowPeer: allowAll, Transport: tr}, "/maintenance")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func TestRoleProxy_AHostNameResolvingToLoopbackIsRefusedWhenDialing(t *testing.T
 	u, _ := url.Parse(target.url)
 	m := seededLease(t, "http://localhost:"+u.Port())
 
-	mw, err := holder.RoleProxy(m.Registry(), role, holder.Options{Peers: []string{"localhost"}}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), role, holder.Config{Peers: []string{"localhost"}}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestRoleProxy_AHostNameResolvingToLoopbackIsRefusedWhenDialing(t *testing.T
 	}
 
 	// Naming the loopback address too allows it.
-	mw, err = holder.RoleProxy(m.Registry(), role, holder.Options{Peers: []string{"localhost", "127.0.0.1", "::1"}}, "/maintenance")
+	mw, err = holder.RoleProxy(m.Registry(), role, holder.Config{Peers: []string{"localhost", "127.0.0.1", "::1"}}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,27 +192,27 @@ func TestRoleProxy_AHostNameResolvingToLoopbackIsRefusedWhenDialing(t *testing.T
 }
 
 func TestConstructors_RequirePeersAndRejectMalformedEntries(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	reg := m.Registry()
-	build := map[string]func(holder.Options) error{
-		"RoleProxy": func(o holder.Options) error { _, err := holder.RoleProxy(reg, role, o, "/x"); return err },
-		"PartitionProxy": func(o holder.Options) error {
+	build := map[string]func(holder.Config) error{
+		"RoleProxy": func(o holder.Config) error { _, err := holder.RoleProxy(reg, role, o, "/x"); return err },
+		"PartitionProxy": func(o holder.Config) error {
 			_, err := holder.PartitionProxy(reg, partition, deviceKey, o, "/x")
 			return err
 		},
 	}
 	for name, b := range build {
-		if err := b(holder.Options{}); !errors.Is(err, holder.ErrInvalidConfig) || !strings.Contains(err.Error(), "Options.Peers") {
-			t.Errorf("%s without peers: %v; want ErrInvalidConfig naming Options.Peers", name, err)
+		if err := b(holder.Config{}); !errors.Is(err, holder.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.Peers") {
+			t.Errorf("%s without peers: %v; want ErrInvalidConfig naming Config.Peers", name, err)
 		}
 		for _, bad := range []string{"http://10.0.0.1", "10.0.0.1:8080", "10.0.0.0/33", "a..b", "", ".", "fe80::1%eth0", "host name"} {
-			err := b(holder.Options{Peers: []string{"10.0.0.0/8", bad}})
-			if !errors.Is(err, holder.ErrInvalidConfig) || !strings.Contains(err.Error(), "Options.Peers[1]") {
-				t.Errorf("%s with peer %q: %v; want ErrInvalidConfig naming Options.Peers[1]", name, bad, err)
+			err := b(holder.Config{Peers: []string{"10.0.0.0/8", bad}})
+			if !errors.Is(err, holder.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.Peers[1]") {
+				t.Errorf("%s with peer %q: %v; want ErrInvalidConfig naming Config.Peers[1]", name, bad, err)
 			}
 		}
-		if err := b(holder.Options{AllowPeer: func(*url.URL) bool { return false }}); err != nil {
+		if err := b(holder.Config{AllowPeer: func(*url.URL) bool { return false }}); err != nil {
 			t.Errorf("%s with AllowPeer only: %v", name, err)
 		}
 	}
@@ -220,7 +220,7 @@ func TestConstructors_RequirePeersAndRejectMalformedEntries(t *testing.T) {
 
 func TestRoleProxy_StripCredentialsRemovesAuthorizationAndCookie(t *testing.T) {
 	for _, strip := range []bool{false, true} {
-		nodes := roleCluster(t, holder.Options{StripCredentials: strip}, nil)
+		nodes := roleCluster(t, holder.Config{StripCredentials: strip}, nil)
 		h, others := waitForHolder(t, nodes, role)
 		do(t, newClient(t), "GET", others[0].url+"/maintenance/x", "", credentials)
 		seen := *h.seen.Load()
@@ -246,7 +246,7 @@ var clientForwarded = http.Header{
 }
 
 func TestRoleProxy_ClientForwardedHeadersAreReplacedByTheProxysOwn(t *testing.T) {
-	nodes := roleCluster(t, holder.Options{}, nil)
+	nodes := roleCluster(t, holder.Config{}, nil)
 	h, others := waitForHolder(t, nodes, role)
 	n := others[0]
 	do(t, newClient(t), "GET", n.url+"/maintenance/x", "", clientForwarded)
@@ -263,7 +263,7 @@ func TestRoleProxy_ClientForwardedHeadersAreReplacedByTheProxysOwn(t *testing.T)
 }
 
 func TestRoleProxy_TrustForwardedHeadersRelaysThemAsReceived(t *testing.T) {
-	nodes := roleCluster(t, holder.Options{TrustForwardedHeaders: true}, nil)
+	nodes := roleCluster(t, holder.Config{TrustForwardedHeaders: true}, nil)
 	h, others := waitForHolder(t, nodes, role)
 	do(t, newClient(t), "GET", others[0].url+"/maintenance/x", "", clientForwarded)
 	seen := *h.seen.Load()
@@ -278,7 +278,10 @@ func TestRoleProxy_TrustForwardedHeadersRelaysThemAsReceived(t *testing.T) {
 // applies to them too.
 func TestPartitionProxy_RefusesAHolderOutsideThePeers(t *testing.T) {
 	evil := newAttacker(t, "127.0.0.2")
-	store := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := newManager(t, store, "solo", "http://127.0.0.1:9")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	p, err := m.RegisterPartition(partition, 1)
@@ -286,11 +289,9 @@ func TestPartitionProxy_RefusesAHolderOutsideThePeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed(t, store, lease.PartitionRole(partition, 0), "other", evil.url, testLeaseDuration*60)
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	run(t, m)
 	waitForSnapshot(t, p.Lease(0), evil.url)
-	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{Peers: []string{"127.0.0.1"}}, "/device-api")
+	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Config{Peers: []string{"127.0.0.1"}}, "/device-api")
 	if err != nil {
 		t.Fatal(err)
 	}

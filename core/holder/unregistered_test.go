@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/core/holder"
 )
 
@@ -42,14 +41,14 @@ func (h *recordingHandler) find(level slog.Level, text string) (slog.Record, boo
 }
 
 func TestRoleProxy_AnUnregisteredRoleIs503AndLoggedAtStartupUnlessPassThroughIsSet(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	if _, err := m.Register("maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	// A misspelled role: registered as "maintenance", proxied as "maintenanse".
 	logs := &recordingHandler{}
-	mw, err := holder.RoleProxy(m.Registry(), "maintenanse", holder.Options{Peers: testPeers, Logger: slog.New(logs)}, "/maintenance")
+	mw, err := holder.RoleProxy(m.Registry(), "maintenanse", holder.Config{Peers: testPeers, Logger: slog.New(logs)}, "/maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,10 +68,10 @@ func TestRoleProxy_AnUnregisteredRoleIs503AndLoggedAtStartupUnlessPassThroughIsS
 }
 
 func TestPartitionProxy_AnUnregisteredPartitionSetIs503UnlessPassThroughIsSet(t *testing.T) {
-	m := newManager(t, memory.NewLeaseStore(memory.LeaseStoreOptions{}), "solo", "")
+	m := newManager(t, memLeases(t), "solo", "")
 	t.Cleanup(func() { m.Close(context.Background()) })
 	logs := &recordingHandler{}
-	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Options{Peers: testPeers, Logger: slog.New(logs)}, "/device-api")
+	mw, err := holder.PartitionProxy(m.Registry(), partition, deviceKey, holder.Config{Peers: testPeers, Logger: slog.New(logs)}, "/device-api")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,12 @@ func BenchmarkIsHeld(b *testing.B) {
 		b.Fatal(err)
 	}
 	l, _ := m.Register("r")
-	if err := m.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	defer func() {
+		m.Close(context.Background())
+		<-done
+	}()
 	for !l.IsHeld() {
 		time.Sleep(time.Millisecond)
 	}

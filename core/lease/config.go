@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/internal/name"
 )
 
@@ -67,7 +68,9 @@ type Config struct {
 	Hooks Hooks
 }
 
-func (c *Config) validate() error {
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c Config) withDefaults() Config {
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
 	}
@@ -83,30 +86,35 @@ func (c *Config) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	return c
+}
+
+// validate checks a Config that has its defaults.
+func (c Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return config.Invalid(ErrInvalidConfig, field, format, args...)
 	}
 	switch {
 	case c.Store == nil:
-		return bad("Store is nil")
+		return bad("Store", "is nil")
 	case c.LeaseDuration < 0:
-		return bad("LeaseDuration is %v; it must be positive", c.LeaseDuration)
+		return bad("LeaseDuration", "is %v; it must be positive", c.LeaseDuration)
 	case c.RenewInterval < 0:
-		return bad("RenewInterval is %v; it must be positive", c.RenewInterval)
+		return bad("RenewInterval", "is %v; it must be positive", c.RenewInterval)
 	case c.HeldSafetyMargin < 0:
-		return bad("HeldSafetyMargin is %v; it must not be negative", c.HeldSafetyMargin)
+		return bad("HeldSafetyMargin", "is %v; it must not be negative", c.HeldSafetyMargin)
 	case c.LeaseDuration-c.HeldSafetyMargin <= 2*c.RenewInterval:
 		// The trust window must outlast one failed heartbeat: the next
 		// one starts 2 × RenewInterval after the last good one, and must
 		// answer before trust ends. This also keeps LeaseDuration above
 		// RenewInterval + HeldSafetyMargin, so a holder stops believing it
 		// holds before a successor may take over.
-		return bad("LeaseDuration (%v) − HeldSafetyMargin (%v) must exceed 2 × RenewInterval (%v), "+
+		return bad("LeaseDuration", "(%v) − HeldSafetyMargin (%v) must exceed 2 × RenewInterval (%v), "+
 			"or one failed heartbeat ends the holder's trust before the next one can renew its term",
 			c.LeaseDuration, c.HeldSafetyMargin, c.RenewInterval)
 	}
 	if p := name.Problem(c.InstanceID, MaxInstanceIDLength); p != "" {
-		return bad("InstanceID: %s", p)
+		return config.Wrap(ErrInvalidConfig, "InstanceID", errors.New(p))
 	}
 	return nil
 }

@@ -10,29 +10,37 @@ import (
 )
 
 // Two instances compete for one role; the holder does the role's work in
-// cycles, each gated by IsHeld, and hands over on Close.
+// cycles, each gated by IsHeld, and hands over when its Run's ctx ends.
 func ExampleManager() {
-	ctx := context.Background()
-	store := memory.NewLeaseStore(memory.LeaseStoreOptions{}) // postgres.NewLeaseStore in production
+	store, err := memory.NewLeaseStore(memory.LeaseStoreOptions{}) // pgxstore.NewLeaseStore in production
+	if err != nil {
+		panic(err)
+	}
 
-	start := func(id string) (*lease.Manager, *lease.Lease) {
+	// start runs an instance's manager until stop is called.
+	start := func(id string) (stop func(), l *lease.Lease) {
 		m, err := lease.NewManager(lease.Config{Store: store, InstanceID: id, Address: "http://" + id + ":8080"})
 		if err != nil {
 			panic(err)
 		}
-		l, err := m.Register("maintenance")
+		l, err = m.Register("maintenance")
 		if err != nil {
 			panic(err)
 		}
-		if err := m.Start(ctx); err != nil {
-			panic(err)
-		}
-		return m, l
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				panic(err)
+			}
+		}, l
 	}
-	a, la := start("a")
+	stopA, la := start("a")
 	waitUntil(la.IsHeld)
-	b, lb := start("b")
-	defer b.Close(ctx)
+	stopB, lb := start("b")
+	defer stopB()
 	waitUntil(func() bool { return lb.CurrentHolder() != "" })
 
 	for _, l := range []*lease.Lease{la, lb} {
@@ -43,16 +51,14 @@ func ExampleManager() {
 		}
 	}
 
-	if err := a.Close(ctx); err != nil { // graceful: released at once
-		panic(err)
-	}
+	stopA() // graceful: Run releases the role on its way out
 	waitUntil(lb.IsHeld)
-	fmt.Println("after a closed, b holds with token", lb.Token())
+	fmt.Println("after a stopped, b holds with token", lb.Token())
 
 	// Output:
 	// runs the maintenance cycle with fencing token 1
 	// stands by; holder is http://a:8080
-	// after a closed, b holds with token 2
+	// after a stopped, b holds with token 2
 }
 
 func waitUntil(cond func() bool) {

@@ -32,8 +32,12 @@ type fakeStore struct {
 }
 
 func newFakeStore() *fakeStore {
+	memLeases, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		panic(err)
+	}
 	return &fakeStore{
-		LeaseStore: memory.NewLeaseStore(memory.LeaseStoreOptions{}),
+		LeaseStore: memLeases,
 		calls:      map[string]int{},
 		failing:    map[string]bool{},
 		hanging:    map[string]chan struct{}{},

@@ -71,8 +71,8 @@ type RoleChange struct {
 	Holder string
 }
 
-// Status reports the manager's health: running between Start and Close,
-// each registered role as leader (IsHeld) or standby, when the last
+// Status reports the manager's health: running from Run's start until it
+// stopped (ctx ended or Close was called, and the roles were released), each registered role as leader (IsHeld) or standby, when the last
 // heartbeat succeeded and when the next is due (it starts RenewInterval
 // after the last one began, and has RenewInterval to answer), and the
 // streak of failed heartbeats.

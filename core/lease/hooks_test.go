@@ -128,7 +128,7 @@ func TestManagerStatus_LeaderStandbyStoppedAndTheStoreDown(t *testing.T) {
 		register(t, a, "r")
 		register(t, b, "r")
 		if a.Status().Running {
-			t.Error("running before Start")
+			t.Error("running before Run")
 		}
 		start(t, a)
 		synctest.Wait()

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/health"
 )
 
@@ -20,8 +21,8 @@ const watchRetryDelay = time.Second
 
 // Manager runs the heartbeat of one process: a single loop that renews or
 // takes every registered role in one store round trip per RenewInterval.
-// Register roles with Register or RegisterPartition, then Start it; Close
-// releases everything.
+// Register roles with Register or RegisterPartition, then Run it; when
+// Run's ctx ends, or Close is called, it releases everything.
 type Manager struct {
 	cfg   Config
 	store Store
@@ -33,6 +34,10 @@ type Manager struct {
 	// heartbeat is a durable block (testing/synctest can move time on).
 	beat chan struct{}
 	wake chan struct{}
+
+	// closing is closed when Close begins, done when it has released
+	// everything: Run waits for both.
+	closing, done chan struct{}
 
 	mu      sync.Mutex
 	started bool
@@ -50,16 +55,19 @@ type Manager struct {
 
 // NewManager validates cfg and returns a Manager that has not started.
 func NewManager(cfg Config) (*Manager, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	return &Manager{
-		cfg:   cfg,
-		store: cfg.Store,
-		base:  time.Now(),
-		reg:   newRegistry(),
-		beat:  make(chan struct{}, 1),
-		wake:  make(chan struct{}, 1),
+		cfg:     cfg,
+		store:   cfg.Store,
+		base:    time.Now(),
+		reg:     newRegistry(),
+		beat:    make(chan struct{}, 1),
+		wake:    make(chan struct{}, 1),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
 	}, nil
 }
 
@@ -74,7 +82,7 @@ func (m *Manager) Registry() *Registry { return m.reg }
 
 // Register adds a role to the heartbeat. It fails for an invalid role name
 // (ErrInvalidRole) or one already registered (ErrDuplicateRole). A role
-// registered after Start is claimed at once.
+// registered while Run runs is claimed at once.
 func (m *Manager) Register(role string) (*Lease, error) {
 	if err := ValidateRole(role); err != nil {
 		return nil, err
@@ -106,7 +114,7 @@ func (m *Manager) RegisterPartition(name string, count int) (*Partition, error) 
 		return nil, fmt.Errorf("%w: the partition name is empty", ErrInvalidRole)
 	}
 	if count < 1 || count > MaxPartitions {
-		return nil, fmt.Errorf("%w: partition %q: count is %d; it must be between 1 and %d", ErrInvalidConfig, name, count, MaxPartitions)
+		return nil, config.Invalid(ErrInvalidConfig, fmt.Sprintf("partition %q: count", name), "is %d; it must be between 1 and %d", count, MaxPartitions)
 	}
 	if last := PartitionRole(name, count-1); len(last) > MaxRoleLength {
 		return nil, fmt.Errorf("%w: partition %q: its role names run up to %q, %d bytes, over the %d-byte limit",
@@ -139,17 +147,41 @@ func (m *Manager) checkOpen() error {
 	return nil
 }
 
-// Start begins the heartbeat (and, when the store can announce releases,
-// the watch for them). The goroutines run until Close; ctx only carries
-// values and is not watched.
-func (m *Manager) Start(ctx context.Context) error {
+// ErrRunning is returned by Run when the manager runs, or ran, already.
+var ErrRunning = errors.New("baton/lease: manager already running")
+
+// Run runs the heartbeat, and, when the store can announce releases, the
+// watch for them, until ctx ends or Close is called. Then it stops claiming,
+// releases every role this instance holds (as Close does) and returns
+// once that is done, with the first release error. After ctx ended, the
+// releases get a context of their own, bounded by LeaseDuration: past it
+// the rows have expired anyway. A manager runs once: Run returns ErrRunning
+// when called again, and ErrClosed after Close.
+func (m *Manager) Run(ctx context.Context) error {
+	if err := m.start(ctx); err != nil {
+		return err
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.LeaseDuration)
+		err = m.Close(rctx)
+		cancel()
+	case <-m.closing:
+	}
+	<-m.done // a Close called by the caller has released everything
+	return err
+}
+
+// start starts the goroutines, which run until Close.
+func (m *Manager) start(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
 	case m.closed:
 		return ErrClosed
 	case m.started:
-		return errors.New("baton/lease: manager already started")
+		return ErrRunning
 	}
 	m.started = true
 	m.status.Started(time.Now().Add(2 * m.cfg.RenewInterval))
@@ -166,7 +198,7 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 // Close stops the heartbeat, then releases every role this instance holds so
-// others can take over at once. Every lease's IsHeld is false by the time
+// others can take over at once, and makes Run return. Every lease's IsHeld is false by the time
 // the first release is sent. A heartbeat in flight is not cancelled (unless
 // ctx ends first): Close waits for it, at most RenewInterval, and releases
 // any term it won; for a role whose last heartbeat got no answer, it reads
@@ -180,7 +212,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.closed = true
 	cancel, cancelBeats := m.cancel, m.cancelBeats
+	close(m.closing)
 	m.mu.Unlock()
+	defer close(m.done)
 
 	leases := m.reg.all()
 	for _, l := range leases {

@@ -43,11 +43,18 @@ func register(t *testing.T, m *lease.Manager, role string) *lease.Lease {
 	return l
 }
 
+// start runs m in a goroutine of its own until the test ends; the cleanup
+// closes m and waits for Run to return.
 func start(t *testing.T, m *lease.Manager) {
 	t.Helper()
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	t.Cleanup(func() {
+		m.Close(context.Background())
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }
 
 func TestManager_FirstInstanceTakesAFreeRoleAtStart(t *testing.T) {
@@ -464,4 +471,68 @@ func TestRegister_RejectsBadAndDuplicateRolesAndStartsNothing(t *testing.T) {
 	if _, err := m.RegisterPartition("zero", 0); !errors.Is(err, lease.ErrInvalidConfig) {
 		t.Errorf("zero partitions: err = %v", err)
 	}
+}
+
+// Run blocks until its ctx ends; then it releases the roles it holds, so a
+// waiting manager takes over at once, and returns.
+func TestManager_RunReleasesEverythingWhenItsContextEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newFakeStore()
+		a, b := newManager(t, store, "a"), newManager(t, store, "b")
+		la, lb := register(t, a, "maintenance"), register(t, b, "maintenance")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		synctest.Wait()
+		start(t, b)
+		synctest.Wait()
+		if !la.IsHeld() {
+			t.Fatal("the first manager does not hold the free role")
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v before its ctx ended", err)
+		default:
+		}
+		time.Sleep(testRenew / 2)
+		stopped := time.Now()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v, want nil after its ctx ended", err)
+		}
+		if la.IsHeld() {
+			t.Fatal("IsHeld after Run returned")
+		}
+		synctest.Wait()
+		if !lb.IsHeld() || time.Since(stopped) != 0 {
+			t.Fatalf("successor holds: %v, after %v of fake time; want at once", lb.IsHeld(), time.Since(stopped))
+		}
+	})
+}
+
+// A manager runs once: Run again is ErrRunning, Run after Close is
+// ErrClosed, and Close makes a running Run return.
+func TestManager_RunsOnceAndCloseEndsRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newManager(t, newFakeStore(), "a")
+		done := make(chan error, 1)
+		go func() { done <- m.Run(context.Background()) }()
+		synctest.Wait()
+		if err := m.Run(context.Background()); !errors.Is(err, lease.ErrRunning) {
+			t.Fatalf("second Run = %v, want ErrRunning", err)
+		}
+		if err := m.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v after Close, want nil", err)
+		}
+		closed := newManager(t, newFakeStore(), "b")
+		if err := closed.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := closed.Run(context.Background()); !errors.Is(err, lease.ErrClosed) {
+			t.Fatalf("Run after Close = %v, want ErrClosed", err)
+		}
+	})
 }

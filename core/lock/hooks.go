@@ -23,6 +23,18 @@ type Hooks interface {
 	LockEnded(e End)
 }
 
+// NopHooks implements Hooks with methods that do nothing; embed it to
+// implement only some of them.
+type NopHooks struct{}
+
+// AcquireEnded implements Hooks.
+func (NopHooks) AcquireEnded(context.Context, Acquire) {}
+
+// LockEnded implements Hooks.
+func (NopHooks) LockEnded(End) {}
+
+var _ Hooks = NopHooks{}
+
 // Acquire describes one Acquire call.
 type Acquire struct {
 	Name string

@@ -31,7 +31,7 @@ func (l *lockLog) LockEnded(e lock.End) {
 }
 
 func TestWithHooks_NilHooksReturnTheProviderItself(t *testing.T) {
-	p, err := memory.New(memory.Options{})
+	p, err := memory.NewProvider(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestWithHooks_NilHooksReturnTheProviderItself(t *testing.T) {
 
 func TestWithHooks_ReportsEveryAcquireAndEveryLocksEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, err := memory.New(memory.Options{})
+		p, err := memory.NewProvider(memory.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // ErrTrustExpired is the reason a keepalive gives when no refresh succeeded
@@ -39,31 +41,37 @@ type KeepaliveConfig struct {
 	Name string
 }
 
-func (c *KeepaliveConfig) validate() error {
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c KeepaliveConfig) withDefaults() KeepaliveConfig {
 	if c.Interval == 0 {
 		c.Interval = c.TTL / 3
-	}
-	switch {
-	case c.TTL <= 0:
-		return errorf("TTL is %v; it must be positive", c.TTL)
-	case c.SafetyMargin < 0:
-		return errorf("SafetyMargin is %v; it must not be negative", c.SafetyMargin)
-	case c.Interval <= 0:
-		return errorf("Interval is %v; it must be positive", c.Interval)
-	case c.Interval+c.SafetyMargin >= c.TTL:
-		return errorf("TTL (%v) must exceed Interval (%v) + SafetyMargin (%v), or trust ends before the next refresh",
-			c.TTL, c.Interval, c.SafetyMargin)
-	case c.Refresh == nil:
-		return errorf("Refresh is nil")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
+	return c
 }
 
-func errorf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+// validate checks a KeepaliveConfig that has its defaults.
+func (c KeepaliveConfig) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return config.Invalid(ErrInvalidOptions, field, format, args...)
+	}
+	switch {
+	case c.TTL <= 0:
+		return bad("TTL", "is %v; it must be positive", c.TTL)
+	case c.SafetyMargin < 0:
+		return bad("SafetyMargin", "is %v; it must not be negative", c.SafetyMargin)
+	case c.Interval <= 0:
+		return bad("Interval", "is %v; it must be positive", c.Interval)
+	case c.Interval+c.SafetyMargin >= c.TTL:
+		return bad("TTL", "(%v) must exceed Interval (%v) + SafetyMargin (%v), or trust ends before the next refresh",
+			c.TTL, c.Interval, c.SafetyMargin)
+	case c.Refresh == nil:
+		return bad("Refresh", "is nil")
+	}
+	return nil
 }
 
 // Keepalive refreshes a TTL lock in the background and decides, on the
@@ -84,7 +92,7 @@ type Keepalive struct {
 	mu      sync.Mutex
 	lost    chan struct{}
 	lostErr error
-	expiry  *time.Timer // set under mu: its callback may run before StartKeepalive returns
+	expiry  *time.Timer // set under mu: its callback may run before NewKeepalive returns
 	next    *time.Timer // the next refresh; it runs on the timer's own goroutine
 	stopped bool
 
@@ -93,10 +101,14 @@ type Keepalive struct {
 	inFlight sync.WaitGroup // a refresh running
 }
 
-// StartKeepalive starts refreshing a lock that the server granted for
+// NewKeepalive starts refreshing a lock that the server granted for
 // cfg.TTL in a request that started at acquiredAt. The caller owns the
-// returned Keepalive and must call Stop.
-func StartKeepalive(cfg KeepaliveConfig, acquiredAt time.Time) (*Keepalive, error) {
+// returned Keepalive and must call Stop. It is no long-running component
+// with a Run of its own: it lives as long as the lock it keeps, from the
+// acquisition to the Release that calls Stop, on timers and with no
+// goroutine between refreshes.
+func NewKeepalive(cfg KeepaliveConfig, acquiredAt time.Time) (*Keepalive, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

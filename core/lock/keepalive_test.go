@@ -35,9 +35,9 @@ func (r *refreshLog) calls() []time.Duration {
 
 func startKeepalive(t *testing.T, cfg lock.KeepaliveConfig) *lock.Keepalive {
 	t.Helper()
-	k, err := lock.StartKeepalive(cfg, time.Now())
+	k, err := lock.NewKeepalive(cfg, time.Now())
 	if err != nil {
-		t.Fatalf("StartKeepalive: %v", err)
+		t.Fatalf("NewKeepalive: %v", err)
 	}
 	t.Cleanup(func() { k.Stop() })
 	return k
@@ -247,7 +247,7 @@ func TestKeepalive_LostIsClosedWhenLookedAtAfterTheWindowEnded(t *testing.T) {
 		// expiry timer's goroutine has had a chance to run: the window has
 		// ended, so Lost must be closed already, as Trusted is false. Here
 		// the window ended before the keepalive even started.
-		k, err := lock.StartKeepalive(lock.KeepaliveConfig{
+		k, err := lock.NewKeepalive(lock.KeepaliveConfig{
 			TTL:          3 * time.Second,
 			SafetyMargin: time.Second,
 			Interval:     time.Second,
@@ -275,7 +275,7 @@ func TestKeepalive_LostIsClosedWhenLookedAtAfterTheWindowEnded(t *testing.T) {
 func TestKeepalive_StopClosesLostAndStopsRefreshing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		log := &refreshLog{start: time.Now()}
-		k, err := lock.StartKeepalive(lock.KeepaliveConfig{
+		k, err := lock.NewKeepalive(lock.KeepaliveConfig{
 			TTL:     30 * time.Second,
 			Refresh: func(ctx context.Context) error { log.record(); return nil },
 		}, time.Now())
@@ -311,7 +311,7 @@ func TestKeepalive_RejectsInvalidConfig(t *testing.T) {
 	}
 	for name, cfg := range cases {
 		t.Run(name, func(t *testing.T) {
-			k, err := lock.StartKeepalive(cfg, time.Now())
+			k, err := lock.NewKeepalive(cfg, time.Now())
 			if err == nil {
 				k.Stop()
 				t.Fatal("accepted")
@@ -330,7 +330,7 @@ func TestKeepalive_RejectsInvalidConfig(t *testing.T) {
 func TestKeepalive_StartedAfterTrustRanOutIsLostAtOnceWithoutAPanic(t *testing.T) {
 	for range 200 {
 		refreshed := make(chan struct{}, 1)
-		k, err := lock.StartKeepalive(lock.KeepaliveConfig{
+		k, err := lock.NewKeepalive(lock.KeepaliveConfig{
 			TTL: 30 * time.Second,
 			Refresh: func(ctx context.Context) error {
 				refreshed <- struct{}{}
@@ -363,7 +363,7 @@ func TestKeepalive_StartedAfterTrustRanOutIsLostAtOnceWithoutAPanic(t *testing.T
 func BenchmarkKeepaliveStartStop(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		k, err := lock.StartKeepalive(lock.KeepaliveConfig{TTL: 10 * time.Second, SafetyMargin: time.Second,
+		k, err := lock.NewKeepalive(lock.KeepaliveConfig{TTL: 10 * time.Second, SafetyMargin: time.Second,
 			Refresh: func(context.Context) error { return nil }}, time.Now())
 		if err != nil {
 			b.Fatal(err)

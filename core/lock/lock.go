@@ -49,6 +49,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/internal/name"
 )
 
@@ -155,7 +156,7 @@ type AcquireOptions struct {
 // Validate reports whether the options can be honoured.
 func (o AcquireOptions) Validate() error {
 	if o.Wait < 0 {
-		return fmt.Errorf("%w: Wait is %v; use 0 to try once or WaitForever to block", ErrInvalidOptions, o.Wait)
+		return config.Invalid(ErrInvalidOptions, "Wait", "is %v; use 0 to try once or WaitForever to block", o.Wait)
 	}
 	return nil
 }

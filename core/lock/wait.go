@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // Default backoff between acquisition attempts while waiting. The floor keeps
@@ -26,13 +28,15 @@ type Backoff struct {
 func (b Backoff) Validate() error {
 	switch {
 	case b.Min < 0 || b.Max < 0:
-		return errorf("Backoff: Min (%v) and Max (%v) must not be negative", b.Min, b.Max)
+		return config.Invalid(ErrInvalidOptions, "Backoff", "Min (%v) and Max (%v) must not be negative", b.Min, b.Max)
 	case b.Max != 0 && b.Min > b.Max:
-		return errorf("Backoff: Min (%v) is above Max (%v)", b.Min, b.Max)
+		return config.Invalid(ErrInvalidOptions, "Backoff", "Min (%v) is above Max (%v)", b.Min, b.Max)
 	}
 	return nil
 }
 
+// withDefaults returns a copy of b with its zero bounds set to the
+// defaults.
 func (b Backoff) withDefaults() Backoff {
 	if b.Min == 0 {
 		b.Min = DefaultRetryMin

@@ -31,7 +31,10 @@ func requeueWith(t *testing.T, srv *httptest.Server, id outbox.ID, header http.H
 }
 
 func TestAdmin_CrossSiteRequestsCannotRequeue(t *testing.T) {
-	s := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	s, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(outbox.AdminHandler(s, nil))
 	t.Cleanup(srv.Close)
 	id := parkOne(t, s, "409 conflict")
@@ -59,7 +62,10 @@ func TestAdmin_CrossSiteRequestsCannotRequeue(t *testing.T) {
 }
 
 func TestAdmin_JSONClientsAndSameOriginPagesStillRequeue(t *testing.T) {
-	s := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	s, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(outbox.AdminHandler(s, nil))
 	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "http://")

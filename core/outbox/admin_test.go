@@ -28,7 +28,11 @@ func get(t *testing.T, h http.Handler, method, path string) (int, map[string]any
 }
 
 func TestAdmin_LanesAnswers200WithNullsOnAFreshOutbox(t *testing.T) {
-	h := outbox.AdminHandler(memory.NewOutboxStore(memory.OutboxStoreOptions{}), nil)
+	memOutbox, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := outbox.AdminHandler(memOutbox, nil)
 	code, body := get(t, h, "GET", "/lanes")
 	if code != 200 {
 		t.Fatalf("status %d", code)
@@ -65,7 +69,10 @@ func parkOne(t *testing.T, s *memory.OutboxStore, reason string) outbox.ID {
 }
 
 func TestAdmin_ListsShowsAndRequeuesDeadLetters(t *testing.T) {
-	s := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	s, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := outbox.AdminHandler(s, nil)
 	first := parkOne(t, s, "409 conflict")
 	second := parkOne(t, s, "400 bad request")
@@ -115,7 +122,11 @@ func TestAdmin_ListsShowsAndRequeuesDeadLetters(t *testing.T) {
 }
 
 func TestAdmin_RejectsBadIDsAndReportsUnknownOnes(t *testing.T) {
-	h := outbox.AdminHandler(memory.NewOutboxStore(memory.OutboxStoreOptions{}), nil)
+	memOutbox, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := outbox.AdminHandler(memOutbox, nil)
 	for _, c := range []struct {
 		method, path string
 		want         int

@@ -33,7 +33,10 @@ func TestValidateEntry_RefusesAPayloadAboveTheMaximum(t *testing.T) {
 }
 
 func TestEnqueue_AnOversizedPayloadWritesNothing(t *testing.T) {
-	s := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	s, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	tx, _ := s.Begin(ctx)
 	if err := tx.Enqueue(ctx, outbox.NewID(), "lane", jsonString(maxPayload+1)); !errors.Is(err, outbox.ErrInvalidEntry) {

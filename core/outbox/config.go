@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/internal/name"
 	"github.com/baton-go/baton/core/lock"
 )
@@ -35,7 +36,7 @@ const (
 	MaxBatchSize = 100_000
 )
 
-// ErrInvalidConfig is returned (wrapped, naming the field) by New.
+// ErrInvalidConfig is returned (wrapped, naming the field) by NewDriver.
 var ErrInvalidConfig = errors.New("baton/outbox: invalid config")
 
 // Notify receives the outbox's notices. It is required: a parked entry or a
@@ -111,48 +112,23 @@ type Config struct {
 	Hooks Hooks
 }
 
-func (c *Config) validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
-	ints := []struct {
-		name string
-		v    *int
-		def  int
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c Config) withDefaults() Config {
+	for _, f := range []struct {
+		v   *int
+		def int
 	}{
-		{"BatchSize", &c.BatchSize, DefaultBatchSize},
-		{"RetentionBatchSize", &c.RetentionBatchSize, DefaultRetentionBatchSize},
-	}
-	for _, f := range ints {
-		switch {
-		case *f.v == 0:
+		{&c.BatchSize, DefaultBatchSize},
+		{&c.RetentionBatchSize, DefaultRetentionBatchSize},
+	} {
+		if *f.v == 0 {
 			*f.v = f.def
-		case *f.v < 0 || *f.v > MaxBatchSize:
-			return bad("%s is %d; it must be between 1 and %d", f.name, *f.v, MaxBatchSize)
 		}
 	}
-	durations := []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"IdleDelay", &c.IdleDelay, DefaultIdleDelay},
-		{"ErrorDelay", &c.ErrorDelay, DefaultErrorDelay},
-		{"LeaderWait", &c.LeaderWait, DefaultLeaderWait},
-		{"StuckAfter", &c.StuckAfter, DefaultStuckAfter},
-		{"StuckNoticeEvery", &c.StuckNoticeEvery, DefaultStuckNoticeEvery},
-		{"DeadLetterNoticeEvery", &c.DeadLetterNoticeEvery, DefaultDeadLetterNoticeEvery},
-		{"RetentionWindow", &c.RetentionWindow, DefaultRetentionWindow},
-		{"RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval},
-		{"RetentionBatchPause", &c.RetentionBatchPause, DefaultRetentionBatchPause},
-		{"RetentionSweepBudget", &c.RetentionSweepBudget, DefaultRetentionSweepBudget},
-	}
-	for _, f := range durations {
-		switch {
-		case *f.v == 0:
+	for _, f := range c.durations() {
+		if *f.v == 0 {
 			*f.v = f.def
-		case *f.v < 0:
-			return bad("%s is %v; it must be positive", f.name, *f.v)
 		}
 	}
 	if c.LeaderLockName == "" {
@@ -164,32 +140,76 @@ func (c *Config) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	return c
+}
+
+// durations lists c's duration fields with their names and defaults.
+func (c *Config) durations() []durationField {
+	return []durationField{
+		{"IdleDelay", &c.IdleDelay, DefaultIdleDelay},
+		{"ErrorDelay", &c.ErrorDelay, DefaultErrorDelay},
+		{"LeaderWait", &c.LeaderWait, DefaultLeaderWait},
+		{"StuckAfter", &c.StuckAfter, DefaultStuckAfter},
+		{"StuckNoticeEvery", &c.StuckNoticeEvery, DefaultStuckNoticeEvery},
+		{"DeadLetterNoticeEvery", &c.DeadLetterNoticeEvery, DefaultDeadLetterNoticeEvery},
+		{"RetentionWindow", &c.RetentionWindow, DefaultRetentionWindow},
+		{"RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval},
+		{"RetentionBatchPause", &c.RetentionBatchPause, DefaultRetentionBatchPause},
+		{"RetentionSweepBudget", &c.RetentionSweepBudget, DefaultRetentionSweepBudget},
+	}
+}
+
+type durationField struct {
+	name string
+	v    *time.Duration
+	def  time.Duration
+}
+
+// validate checks a Config that has its defaults.
+func (c Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return config.Invalid(ErrInvalidConfig, field, format, args...)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"BatchSize", c.BatchSize}, {"RetentionBatchSize", c.RetentionBatchSize}} {
+		if f.v < 1 || f.v > MaxBatchSize {
+			return bad(f.name, "is %d; it must be between 1 and %d", f.v, MaxBatchSize)
+		}
+	}
+	for _, f := range c.durations() {
+		if *f.v < 0 {
+			return bad(f.name, "is %v; it must be positive", *f.v)
+		}
+	}
 	switch {
 	case c.Store == nil:
-		return bad("Store is nil")
+		return bad("Store", "is nil")
 	case c.Locks == nil:
-		return bad("Locks is nil; the driver needs a lock.Provider for its leader lock")
+		return bad("Locks", "is nil; the driver needs a lock.Provider for its leader lock")
 	case c.Notify == nil:
-		return bad("Notify is nil; stuck and dead-letter notices must go somewhere")
+		return bad("Notify", "is nil; stuck and dead-letter notices must go somewhere")
 	case c.RetentionLockName == c.LeaderLockName:
-		return bad("RetentionLockName equals LeaderLockName (%q); the driver holds that lock continuously, so retention would never run", c.LeaderLockName)
+		return bad("RetentionLockName", "equals LeaderLockName (%q); the driver holds that lock continuously, so retention would never run", c.LeaderLockName)
 	}
 	for _, f := range []struct{ field, v string }{{"LeaderLockName", c.LeaderLockName}, {"RetentionLockName", c.RetentionLockName}} {
 		if err := lock.ValidateName(f.v); err != nil {
-			return bad("%s: %v", f.field, err)
+			return config.Wrap(ErrInvalidConfig, f.field, err)
 		}
 	}
 	seen := map[string]bool{}
 	for i, p := range c.Processors {
+		field := fmt.Sprintf("Processors[%d]", i)
 		if p == nil {
-			return bad("Processors[%d] is nil", i)
+			return bad(field, "is nil")
 		}
 		lane := p.Lane()
 		if prob := name.Problem(lane, MaxLaneLength); prob != "" {
-			return bad("Processors[%d]: lane: %s", i, prob)
+			return config.Wrap(ErrInvalidConfig, field+": lane", errors.New(prob))
 		}
 		if seen[lane] {
-			return bad("Processors[%d]: lane %q has two processors", i, lane)
+			return config.Wrap(ErrInvalidConfig, field, fmt.Errorf("lane %q has two processors", lane))
 		}
 		seen[lane] = true
 	}

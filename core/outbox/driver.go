@@ -19,8 +19,9 @@ type Driver struct {
 	status probes.Tracker
 }
 
-// New validates cfg and returns a Driver that has not started.
-func New(cfg Config) (*Driver, error) {
+// NewDriver validates cfg and returns a Driver that has not started.
+func NewDriver(cfg Config) (*Driver, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -117,11 +117,15 @@ type rig struct {
 }
 
 func newRig(t *testing.T) *rig {
-	locks, err := locksmemory.New(locksmemory.Options{})
+	locks, err := locksmemory.NewProvider(locksmemory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{t: t, store: memory.NewOutboxStore(memory.OutboxStoreOptions{}), locks: locks, notes: &notices{}}
+	memOutbox, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{t: t, store: memOutbox, locks: locks, notes: &notices{}}
 }
 
 // config is a driver config with short, distinct delays so tests can tell
@@ -145,7 +149,7 @@ func (r *rig) run(cfg outbox.Config) (stop func()) {
 // and waits.
 func (r *rig) startDriver(cfg outbox.Config) (_ *outbox.Driver, stop func()) {
 	r.t.Helper()
-	d, err := outbox.New(cfg)
+	d, err := outbox.NewDriver(cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -784,8 +788,11 @@ func TestDriverAndRetention_LedByDifferentInstancesNeverTouchTheSameRows(t *test
 }
 
 func TestNew_RejectsEveryInvalidOptionNamingIt(t *testing.T) {
-	locks, _ := locksmemory.New(locksmemory.Options{})
-	store := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	locks, _ := locksmemory.NewProvider(locksmemory.Options{})
+	store, err := memory.NewOutboxStore(memory.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	notify := func(context.Context, outbox.Notice) error { return nil }
 	ok := outbox.Config{Store: store, Locks: locks, Notify: notify}
 	cases := map[string]func(c *outbox.Config){
@@ -812,12 +819,12 @@ func TestNew_RejectsEveryInvalidOptionNamingIt(t *testing.T) {
 	for field, mutate := range cases {
 		cfg := ok
 		mutate(&cfg)
-		_, err := outbox.New(cfg)
+		_, err := outbox.NewDriver(cfg)
 		if !errors.Is(err, outbox.ErrInvalidConfig) || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig naming it", field, err)
 		}
 	}
-	if _, err := outbox.New(ok); err != nil {
+	if _, err := outbox.NewDriver(ok); err != nil {
 		t.Fatalf("a minimal config: %v", err)
 	}
 }

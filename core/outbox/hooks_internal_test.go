@@ -59,7 +59,7 @@ func passWalker(tb testing.TB, n int, hooks Hooks) *walker {
 			return out[:len(run)], nil
 		}})
 	}
-	d, err := New(Config{Store: st, Locks: noLocks{}, Processors: procs, BatchSize: n, RetentionDisabled: true, Hooks: hooks,
+	d, err := NewDriver(Config{Store: st, Locks: noLocks{}, Processors: procs, BatchSize: n, RetentionDisabled: true, Hooks: hooks,
 		Notify: func(context.Context, Notice) error { return nil }})
 	if err != nil {
 		tb.Fatal(err)

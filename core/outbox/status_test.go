@@ -60,7 +60,7 @@ func TestDriverStatus_LeaderAndStandbyAreBothLiveAndReady(t *testing.T) {
 func TestDriverStatus_StoppedIsNeitherLiveNorReady(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
-		d, err := outbox.New(r.config(&recorder{lane: "a"}))
+		d, err := outbox.NewDriver(r.config(&recorder{lane: "a"}))
 		if err != nil {
 			t.Fatal(err)
 		}

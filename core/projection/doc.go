@@ -9,7 +9,7 @@
 // The pieces:
 //
 //   - Store, the adapter side: generations of grant sets, one active per
-//     subject (backends/memory, backends/postgres).
+//     subject (backends/memory, backends/pgxstore).
 //   - Source, the engine side: fetches a subject's grants.
 //   - LocalReader answers from the Store only; Reader also refreshes an
 //     absent projection through the Source, one refresh per subject at a

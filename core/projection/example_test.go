@@ -16,7 +16,10 @@ import (
 // the Refresher and Sweeper loops.
 func Example() {
 	ctx := context.Background()
-	store := memory.NewProjectionStore(memory.ProjectionStoreOptions{}) // postgres.NewProjectionStore in production
+	store, err := memory.NewProjectionStore(memory.ProjectionStoreOptions{}) // pgxstore.NewProjectionStore in production
+	if err != nil {
+		panic(err)
+	}
 
 	// The engine, here a map; in production a client of the engine's
 	// projection endpoint.
@@ -38,7 +41,7 @@ func Example() {
 	_, err = local.HasPermission(ctx, alice, "doc", "plan", bits, "read")
 	fmt.Println("local read before any refresh says refresh:", errors.Is(err, projection.ErrNoProjection))
 
-	reader, err := projection.NewReader(projection.ReaderOptions{Store: store, Source: source})
+	reader, err := projection.NewReader(projection.ReaderConfig{Store: store, Source: source})
 	if err != nil {
 		panic(err)
 	}
@@ -46,14 +49,14 @@ func Example() {
 	fmt.Println("reader refreshes through; alice may share:", share, err)
 
 	// Keep projections fresh and swept, for as long as runCtx lasts.
-	refresher, err := projection.NewRefresher(projection.RefresherOptions{
+	refresher, err := projection.NewRefresher(projection.RefresherConfig{
 		Store: store, Source: source, Interval: 5 * time.Minute,
 		Subjects: func(context.Context) ([]projection.Subject, error) { return []projection.Subject{alice}, nil },
 	})
 	if err != nil {
 		panic(err)
 	}
-	sweeper, err := projection.NewSweeper(projection.SweeperOptions{Store: store})
+	sweeper, err := projection.NewSweeper(projection.SweeperConfig{Store: store})
 	if err != nil {
 		panic(err)
 	}

@@ -90,7 +90,11 @@ type countingStore struct {
 }
 
 func newCountingStore() *countingStore {
-	return &countingStore{ProjectionStore: memory.NewProjectionStore(memory.ProjectionStoreOptions{})}
+	memProjections, err := memory.NewProjectionStore(memory.ProjectionStoreOptions{})
+	if err != nil {
+		panic(err)
+	}
+	return &countingStore{ProjectionStore: memProjections}
 }
 
 func (s *countingStore) Replace(ctx context.Context, subject projection.Subject, gen projection.Generation, grants []projection.Grant) error {

@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // ErrInvalidConfig is returned (wrapped, naming the field and the reason)
-// by the constructors for options they cannot run with.
+// by the constructors for a Config they cannot run with.
 var ErrInvalidConfig = errors.New("baton/projection: invalid config")
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+func invalid(field, format string, args ...any) error {
+	return config.Invalid(ErrInvalidConfig, field, format, args...)
 }
 
 // LocalReader answers permission questions from the store alone: no
@@ -27,7 +29,7 @@ type LocalReader struct {
 // NewLocalReader returns a LocalReader over store.
 func NewLocalReader(store Store) (*LocalReader, error) {
 	if store == nil {
-		return nil, invalid("NewLocalReader: the Store is nil")
+		return nil, invalid("NewLocalReader: store", "is nil")
 	}
 	return &LocalReader{store: store}, nil
 }
@@ -68,8 +70,8 @@ func hasPermission(ctx context.Context, read func(context.Context, Subject, stri
 	return m.Has(bit), nil
 }
 
-// ReaderOptions configure a Reader.
-type ReaderOptions struct {
+// ReaderConfig configures a Reader.
+type ReaderConfig struct {
 	// Store holds the projections. Required.
 	Store Store
 	// Source fetches a subject's grants when its projection is absent.
@@ -80,15 +82,22 @@ type ReaderOptions struct {
 	Logger *slog.Logger
 }
 
-func (o *ReaderOptions) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o ReaderConfig) withDefaults() ReaderConfig {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o ReaderConfig) validate() error {
 	switch {
 	case o.Store == nil:
-		return invalid("ReaderOptions.Store is nil")
+		return invalid("ReaderConfig.Store", "is nil")
 	case o.Source == nil:
-		return invalid("ReaderOptions.Source is nil")
+		return invalid("ReaderConfig.Source", "is nil")
 	}
 	return nil
 }
@@ -122,12 +131,13 @@ type flight struct {
 	abandoned bool
 }
 
-// NewReader validates opts and returns a Reader.
-func NewReader(opts ReaderOptions) (*Reader, error) {
-	if err := opts.validate(); err != nil {
+// NewReader validates cfg and returns a Reader.
+func NewReader(cfg ReaderConfig) (*Reader, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Reader{store: opts.Store, source: opts.Source, logger: opts.Logger, flights: make(map[Subject]*flight)}, nil
+	return &Reader{store: cfg.Store, source: cfg.Source, logger: cfg.Logger, flights: make(map[Subject]*flight)}, nil
 }
 
 // Mask returns the subject's mask on a resource, refreshing the subject's

@@ -13,7 +13,7 @@ import (
 
 func newReader(t *testing.T, store projection.Store, source projection.Source) *projection.Reader {
 	t.Helper()
-	r, err := projection.NewReader(projection.ReaderOptions{Store: store, Source: source})
+	r, err := projection.NewReader(projection.ReaderConfig{Store: store, Source: source})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,9 +280,9 @@ func TestReader_PanickingSourceFailsTheWaitersAndFreesTheSubject(t *testing.T) {
 }
 
 func TestNewReader_RejectsMissingPartsNamingTheField(t *testing.T) {
-	for field, opts := range map[string]projection.ReaderOptions{
-		"ReaderOptions.Store":  {Source: newFakeSource()},
-		"ReaderOptions.Source": {Store: newCountingStore()},
+	for field, opts := range map[string]projection.ReaderConfig{
+		"ReaderConfig.Store":  {Source: newFakeSource()},
+		"ReaderConfig.Source": {Store: newCountingStore()},
 	} {
 		_, err := projection.NewReader(opts)
 		if !errors.Is(err, projection.ErrInvalidConfig) || !strings.Contains(err.Error(), field) {

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Defaults for RefresherOptions and SweeperOptions.
+// Defaults for RefresherConfig and SweeperConfig.
 const (
 	DefaultRefreshInterval = 5 * time.Minute
 	DefaultRetryDelay      = 5 * time.Second
@@ -20,9 +20,9 @@ const (
 // already running.
 var ErrRunning = errors.New("baton/projection: already running")
 
-// RefresherOptions configure a Refresher. Zero durations take the
+// RefresherConfig configures a Refresher. Zero durations take the
 // defaults; negative ones are errors.
-type RefresherOptions struct {
+type RefresherConfig struct {
 	// Store holds the projections. Required.
 	Store Store
 	// Source fetches the grants. Required.
@@ -49,27 +49,35 @@ type RefresherOptions struct {
 	Logger *slog.Logger
 }
 
-func (o *RefresherOptions) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults. Interval has one only with Subjects: without a schedule it
+// stays 0.
+func (o RefresherConfig) withDefaults() RefresherConfig {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.RetryDelay == 0 {
 		o.RetryDelay = DefaultRetryDelay
 	}
-	switch {
-	case o.Store == nil:
-		return invalid("RefresherOptions.Store is nil")
-	case o.Source == nil:
-		return invalid("RefresherOptions.Source is nil")
-	case o.Interval < 0:
-		return invalid("RefresherOptions.Interval is %v; it must be positive", o.Interval)
-	case o.Interval > 0 && o.Subjects == nil:
-		return invalid("RefresherOptions.Interval is %v but Subjects is nil; a schedule needs the subjects to refresh", o.Interval)
-	case o.RetryDelay < 0:
-		return invalid("RefresherOptions.RetryDelay is %v; it must be positive", o.RetryDelay)
-	}
 	if o.Interval == 0 && o.Subjects != nil {
 		o.Interval = DefaultRefreshInterval
+	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o RefresherConfig) validate() error {
+	switch {
+	case o.Store == nil:
+		return invalid("RefresherConfig.Store", "is nil")
+	case o.Source == nil:
+		return invalid("RefresherConfig.Source", "is nil")
+	case o.Interval < 0:
+		return invalid("RefresherConfig.Interval", "is %v; it must be positive", o.Interval)
+	case o.Interval > 0 && o.Subjects == nil:
+		return invalid("RefresherConfig.Interval", "is %v but Subjects is nil; a schedule needs the subjects to refresh", o.Interval)
+	case o.RetryDelay < 0:
+		return invalid("RefresherConfig.RetryDelay", "is %v; it must be positive", o.RetryDelay)
 	}
 	return nil
 }
@@ -81,7 +89,7 @@ func (o *RefresherOptions) validate() error {
 // order asked; a signalled subject waits at most for the refresh in
 // progress, also during a long scheduled pass.
 type Refresher struct {
-	opts    RefresherOptions
+	opts    RefresherConfig
 	running atomic.Bool
 	wake    chan struct{} // capacity 1: "pending may be non-empty"
 
@@ -90,12 +98,13 @@ type Refresher struct {
 	queued  map[Subject]bool
 }
 
-// NewRefresher validates opts and returns a Refresher that has not started.
-func NewRefresher(opts RefresherOptions) (*Refresher, error) {
-	if err := opts.validate(); err != nil {
+// NewRefresher validates cfg and returns a Refresher that has not started.
+func NewRefresher(cfg RefresherConfig) (*Refresher, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Refresher{opts: opts, wake: make(chan struct{}, 1), queued: make(map[Subject]bool)}, nil
+	return &Refresher{opts: cfg, wake: make(chan struct{}, 1), queued: make(map[Subject]bool)}, nil
 }
 
 // Refresh asks for the subject to be refreshed by Run as soon as the
@@ -137,7 +146,7 @@ func (r *Refresher) next() (Subject, bool) {
 	return s, true
 }
 
-// Run refreshes until ctx ends, then returns ctx's error. With Subjects
+// Run refreshes until ctx ends, then returns nil. With Subjects
 // set, the first scheduled pass starts at once. A refresh that fails is
 // logged and does not stop Run. Run returns ErrRunning when the
 // Refresher is already running.
@@ -166,7 +175,7 @@ func (r *Refresher) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil
 		case <-r.wake:
 		case s, ok := <-signals:
 			if !ok {

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// SweeperOptions configure a Sweeper. A zero Interval takes the default; a
+// SweeperConfig configures a Sweeper. A zero Interval takes the default; a
 // negative one is an error.
-type SweeperOptions struct {
+type SweeperConfig struct {
 	// Store holds the projections. Required.
 	Store Store
 	// Interval is the pause between sweeps in Run (default
@@ -20,18 +20,25 @@ type SweeperOptions struct {
 	Logger *slog.Logger
 }
 
-func (o *SweeperOptions) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o SweeperConfig) withDefaults() SweeperConfig {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Interval == 0 {
 		o.Interval = DefaultSweepInterval
 	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o SweeperConfig) validate() error {
 	switch {
 	case o.Store == nil:
-		return invalid("SweeperOptions.Store is nil")
+		return invalid("SweeperConfig.Store", "is nil")
 	case o.Interval < 0:
-		return invalid("SweeperOptions.Interval is %v; it must be positive", o.Interval)
+		return invalid("SweeperConfig.Interval", "is %v; it must be positive", o.Interval)
 	}
 	return nil
 }
@@ -47,16 +54,17 @@ func (o *SweeperOptions) validate() error {
 // loops would delete N batches per interval and break the bound. A sweep
 // has no bound to keep; it converges.
 type Sweeper struct {
-	opts    SweeperOptions
+	opts    SweeperConfig
 	running atomic.Bool
 }
 
-// NewSweeper validates opts and returns a Sweeper that has not started.
-func NewSweeper(opts SweeperOptions) (*Sweeper, error) {
-	if err := opts.validate(); err != nil {
+// NewSweeper validates cfg and returns a Sweeper that has not started.
+func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Sweeper{opts: opts}, nil
+	return &Sweeper{opts: cfg}, nil
 }
 
 // Sweep deletes every superseded generation now and returns how many it
@@ -75,7 +83,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 }
 
 // Run sweeps at once, then Interval after each sweep ends, until ctx ends;
-// it returns ctx's error then. A failed sweep is logged and does not stop
+// it returns nil then. A failed sweep is logged and does not stop
 // Run. The caller's goroutine is the only one; Run returns ErrRunning when
 // the Sweeper is already running.
 func (s *Sweeper) Run(ctx context.Context) error {
@@ -88,7 +96,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil
 		case <-t.C:
 		}
 		_, _ = s.Sweep(ctx)

@@ -18,7 +18,7 @@ func TestSweeper_SweepsAtOnceThenEveryInterval(t *testing.T) {
 		for range 3 {
 			store.write(t, alice, doc("d", 1))
 		}
-		s, err := projection.NewSweeper(projection.SweeperOptions{Store: store, Interval: 30 * time.Second})
+		s, err := projection.NewSweeper(projection.SweeperConfig{Store: store, Interval: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +46,7 @@ func TestSweeper_FailedSweepDoesNotStopRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newCountingStore()
 		store.sweepErr = errors.New("database restarting")
-		s, err := projection.NewSweeper(projection.SweeperOptions{Store: store})
+		s, err := projection.NewSweeper(projection.SweeperConfig{Store: store})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func TestSweeper_FailedSweepDoesNotStopRun(t *testing.T) {
 
 func TestSweeper_RunTwiceAtOnceIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s, err := projection.NewSweeper(projection.SweeperOptions{Store: newCountingStore()})
+		s, err := projection.NewSweeper(projection.SweeperConfig{Store: newCountingStore()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,9 +77,9 @@ func TestSweeper_RunTwiceAtOnceIsRefused(t *testing.T) {
 }
 
 func TestNewSweeper_RejectsInvalidOptionsNamingTheField(t *testing.T) {
-	for mention, opts := range map[string]projection.SweeperOptions{
-		"SweeperOptions.Store":    {},
-		"SweeperOptions.Interval": {Store: newCountingStore(), Interval: -time.Second},
+	for mention, opts := range map[string]projection.SweeperConfig{
+		"SweeperConfig.Store":    {},
+		"SweeperConfig.Interval": {Store: newCountingStore(), Interval: -time.Second},
 	} {
 		_, err := projection.NewSweeper(opts)
 		if !errors.Is(err, projection.ErrInvalidConfig) || !strings.Contains(err.Error(), mention) {

@@ -2,10 +2,12 @@ package workrow
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/baton-go/baton/core/config"
 )
 
 // Defaults for Config.
@@ -117,7 +119,9 @@ type Config[K comparable, R any] struct {
 	Hooks Hooks
 }
 
-func (c *Config[K, R]) validate() error {
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c Config[K, R]) withDefaults() Config[K, R] {
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
@@ -148,44 +152,49 @@ func (c *Config[K, R]) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	return c
+}
+
+// validate checks a Config that has its defaults.
+func (c Config[K, R]) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return config.Invalid(ErrInvalidConfig, field, format, args...)
 	}
 	switch {
 	case c.Store == nil:
-		return bad("Store is nil")
+		return bad("Store", "is nil")
 	case c.Handler == nil:
-		return bad("Handler is nil")
+		return bad("Handler", "is nil")
 	case c.Eligible.IsZero():
-		return bad("Eligible is empty; a claim must say which rows are due")
+		return bad("Eligible", "is empty; a claim must say which rows are due")
 	case c.Attempt == nil:
-		return bad("Attempt is nil; it must read the row's attempt count (counted at claim with OnClaim)")
+		return bad("Attempt", "is nil; it must read the row's attempt count (counted at claim with OnClaim)")
 	case c.OnComplete == nil:
-		return bad("OnComplete is nil; without its sets a completed row would be claimed again")
+		return bad("OnComplete", "is nil; without its sets a completed row would be claimed again")
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
-		return bad("BatchSize is %d; it must be between 1 and %d", c.BatchSize, MaxBatchSize)
+		return bad("BatchSize", "is %d; it must be between 1 and %d", c.BatchSize, MaxBatchSize)
 	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
-		return bad("Concurrency is %d; it must be between 1 and %d", c.Concurrency, MaxConcurrency)
+		return bad("Concurrency", "is %d; it must be between 1 and %d", c.Concurrency, MaxConcurrency)
 	case c.Lease < 0:
-		return bad("Lease is %v; it must be positive", c.Lease)
+		return bad("Lease", "is %v; it must be positive", c.Lease)
 	case c.RenewEvery <= 0 || c.RenewEvery >= c.Lease:
-		return bad("RenewEvery (%v) must be positive and below Lease (%v), or the lease runs out before it is renewed", c.RenewEvery, c.Lease)
+		return bad("RenewEvery", "(%v) must be positive and below Lease (%v), or the lease runs out before it is renewed", c.RenewEvery, c.Lease)
 	case c.FlushInterval < 0:
-		return bad("FlushInterval is %v; it must not be negative", c.FlushInterval)
+		return bad("FlushInterval", "is %v; it must not be negative", c.FlushInterval)
 	case c.IdleDelay < 0:
-		return bad("IdleDelay is %v; it must not be negative", c.IdleDelay)
+		return bad("IdleDelay", "is %v; it must not be negative", c.IdleDelay)
 	case c.ErrorDelay < 0:
-		return bad("ErrorDelay is %v; it must not be negative", c.ErrorDelay)
+		return bad("ErrorDelay", "is %v; it must not be negative", c.ErrorDelay)
 	case c.StoreTimeout < 0:
-		return bad("StoreTimeout is %v; it must be positive", c.StoreTimeout)
+		return bad("StoreTimeout", "is %v; it must be positive", c.StoreTimeout)
 	case c.MaxAttempts < 0:
-		return bad("MaxAttempts is %d; it must not be negative (0 never parks)", c.MaxAttempts)
+		return bad("MaxAttempts", "is %d; it must not be negative (0 never parks)", c.MaxAttempts)
 	case c.MaxAttempts > 0 && c.OnPark == nil:
-		return bad("MaxAttempts is %d but OnPark is nil; parking needs the sets that take a row out of the queue", c.MaxAttempts)
+		return bad("MaxAttempts", "is %d but OnPark is nil; parking needs the sets that take a row out of the queue", c.MaxAttempts)
 	}
 	if v, ok := c.Backoff.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
-			return bad("Backoff: %v", err)
+			return config.Wrap(ErrInvalidConfig, "Backoff", err)
 		}
 	}
 	// The claim spec a worker sends must be valid; check its parts now,
@@ -193,8 +202,14 @@ func (c *Config[K, R]) validate() error {
 	spec := ClaimSpec{LockID: LockID{1}, Now: time.Unix(1, 0), LeaseUntil: time.Unix(2, 0), BatchSize: 1,
 		Eligible: c.Eligible, Order: c.Order, OnClaim: c.OnClaim}
 	if err := spec.Validate(); err != nil {
-		msg := strings.TrimPrefix(err.Error(), ErrInvalidSpec.Error()+": ")
-		return bad("%s", strings.ReplaceAll(msg, "ClaimSpec.", ""))
+		// The spec's message starts with the field's path: "Order[0]: …"
+		// for a part's own error, "Eligible is empty…" for a sentence.
+		msg := strings.ReplaceAll(strings.TrimPrefix(err.Error(), ErrInvalidSpec.Error()+": "), "ClaimSpec.", "")
+		if field, why, ok := strings.Cut(msg, ": "); ok && !strings.Contains(field, " ") {
+			return config.Wrap(ErrInvalidConfig, field, errors.New(why))
+		}
+		field, reason, _ := strings.Cut(msg, " ")
+		return bad(field, "%s", reason)
 	}
 	return nil
 }

@@ -6,7 +6,7 @@
 // lock expiry (lock_id and locked_until by default); everything else, the
 // completion marker, the attempt counter, the last error, stays the
 // application's own. The Store interface is the adapter side; the
-// PostgreSQL adapters live in backends/postgres and backends/bunorm, and
+// PostgreSQL adapters live in backends/pgxstore and backends/bunstore, and
 // the in-memory reference, memory.WorkRowStore, in backends/memory.
 //
 // # Claim, work, finalize

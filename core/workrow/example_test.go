@@ -25,7 +25,7 @@ type email struct {
 // remote side's Retry-After when that is longer.
 func ExampleWorker() {
 	ctx := context.Background()
-	// In production: postgres.NewWorkRows[int64, email](pool, ...).
+	// In production: pgxstore.NewWorkRows[int64, email](pool, ...).
 	store, err := memory.NewWorkRowStore[int64, email](memory.WorkRowStoreOptions{Live: workrow.IsNull("sent_at")})
 	if err != nil {
 		panic(err)

@@ -42,6 +42,7 @@ type Worker[K comparable, R any] struct {
 // NewWorker validates cfg and returns a Worker. Nothing runs until Run or
 // RunBatch.
 func NewWorker[K comparable, R any](cfg Config[K, R]) (*Worker[K, R], error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -412,14 +412,18 @@ func TestWorker_ConcurrencyFastHandlersDoNotRunAheadOfTheFinalizes(t *testing.T)
 		runWorker(t, newWorker(t, cfg))
 		// Rows not yet finalized stay in the claim index, where every
 		// claim steps over them: claiming on while finalizes queue up
-		// would slow each claim down. One finished batch may be finalized
-		// while the next is claimed and worked, no more.
+		// would slow each claim down. A claim is let through while at
+		// most one finished batch is being finalized; the batch claimed
+		// just before may finish, and its finalize start, between that
+		// check and the claim's call: two at most, however many batches
+		// there are (without the bound, finalizes of 1s pile up behind
+		// claims of 10ms, nine deep here).
 		time.Sleep(time.Minute)
 		store.mu.Lock()
 		most := store.most
 		store.mu.Unlock()
-		if most != 1 {
-			t.Fatalf("a claim started while %d finalizes ran; want at most 1 (and 1 reached: claims overlap a finalize)", most)
+		if most < 1 || most > 2 {
+			t.Fatalf("a claim started while %d finalizes ran; want 1 or 2 (claims overlap a finalize, and finalizes do not pile up)", most)
 		}
 		for id := int64(1); id <= 100; id++ {
 			if j, _, _ := store.get(id); j.CompletedAt == nil {

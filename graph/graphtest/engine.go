@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -136,13 +137,17 @@ type Engine struct {
 // New starts an engine that closes when the test ends.
 func New(t testing.TB) *Engine {
 	t.Helper()
-	e := NewEngine()
+	e, err := NewEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(e.Close)
 	return e
 }
 
-// NewEngine starts an engine; Close stops it.
-func NewEngine() *Engine {
+// NewEngine starts an engine on a loopback port of its own; Close stops
+// it. It fails when no port can be had.
+func NewEngine() (*Engine, error) {
 	e := &Engine{
 		mux:         http.NewServeMux(),
 		closing:     make(chan struct{}),
@@ -164,12 +169,18 @@ func NewEngine() *Engine {
 	e.mux.HandleFunc("GET "+PathDefinitions, e.handleDefinitions)
 	e.mux.HandleFunc("POST "+PathAuthorities, e.handleAuthorities)
 	e.mux.HandleFunc("GET "+PathProjections, e.handleProjections)
-	e.srv = httptest.NewServer(http.HandlerFunc(e.serve))
-	return e
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("baton/graphtest: NewEngine: %w", err)
+	}
+	// httptest.NewServer would panic where no port can be had.
+	e.srv = &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(e.serve)}}
+	e.srv.Start()
+	return e, nil
 }
 
-// URL is the engine's base URL, for graph.ProcessorConfig.DeliveryURL and
-// graph.ClientConfig.BaseURL.
+// URL is the engine's base URL, for graph.ProcessorOptions.DeliveryURL and
+// graph.ClientOptions.BaseURL.
 func (e *Engine) URL() string { return e.srv.URL }
 
 // Client is an *http.Client for the engine whose connections Close closes.

@@ -266,7 +266,10 @@ func TestEngine_WaitDeliveries(t *testing.T) {
 }
 
 func TestEngine_CloseEndsHeldRequestsAndWaits(t *testing.T) {
-	e := graphtest.NewEngine()
+	e, err := graphtest.NewEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.SetLatency(graphtest.PathInit, time.Hour)
 	done := make(chan error, 1)
 	go func() {

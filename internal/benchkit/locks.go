@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lock"
-	"github.com/baton-go/baton/locks/pg"
+	"github.com/baton-go/baton/locks/pglock"
 	batonredis "github.com/baton-go/baton/locks/redis"
 )
 
@@ -22,7 +22,7 @@ import (
 // RedisLock is baton's Redis provider: Acquire (the lock with its fencing
 // token, and the fail-closed keepalive started) then Release.
 func RedisLock(rdb goredis.UniversalClient, prefix, name string, d time.Duration) (System, error) {
-	p, err := batonredis.New(rdb, batonredis.Options{Prefix: prefix})
+	p, err := batonredis.NewProvider(rdb, batonredis.Options{Prefix: prefix})
 	if err != nil {
 		return System{}, err
 	}
@@ -57,10 +57,10 @@ func RawRedislock(rdb goredis.UniversalClient, key string, d time.Duration) Syst
 // started) then Release. namespace keeps the run's advisory keys apart
 // from anyone else's on the same database.
 func PostgresLock(ctx context.Context, pool *pgxpool.Pool, namespace, name string, d time.Duration) (System, error) {
-	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{}); err != nil {
+	if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{}); err != nil {
 		return System{}, err
 	}
-	p, err := pg.New(pool, pg.Options{Namespace: namespace})
+	p, err := pglock.NewProvider(pool, pglock.Options{Namespace: namespace})
 	if err != nil {
 		return System{}, err
 	}
@@ -87,7 +87,7 @@ func BareAdvisoryLock(ctx context.Context, pool *pgxpool.Pool, namespace, name s
 INSERT INTO bench_fences AS f (name, token) SELECT $2, 1 FROM got WHERE got.ok
 ON CONFLICT (name) DO UPDATE SET token = f.token + 1, updated_at = now()
 RETURNING token`
-	key := pg.KeyIn(namespace, name+"-bare")
+	key := pglock.KeyIn(namespace, name+"-bare")
 	return System{Name: "advisory lock + fence upsert", Run: func(ctx context.Context) (Sample, error) {
 		return Loop(ctx, 1, d, func(ctx context.Context) error {
 			conn, err := pool.Acquire(ctx)

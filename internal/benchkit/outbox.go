@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/workrow"
@@ -25,16 +25,16 @@ var Lanes = []string{"bench.0", "bench.1", "bench.2"}
 // Outbox is baton's outbox in the run's schema, loaded for the relay cells.
 type Outbox struct {
 	Pool  *pgxpool.Pool
-	Store *postgres.OutboxStore
+	Store *pgxstore.OutboxStore
 }
 
 // NewOutbox migrates baton's tables into pool's schema and returns the
 // store over them.
 func NewOutbox(ctx context.Context, pool *pgxpool.Pool) (*Outbox, error) {
-	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{}); err != nil {
+	if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{}); err != nil {
 		return nil, err
 	}
-	st, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{})
+	st, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (o *Outbox) ObservedDriverWalk(name string, obs *Observed, batch, n int, d 
 		Name:    name,
 		Prepare: o.ResetCursor,
 		Run: func(ctx context.Context) (Sample, error) {
-			mem, err := lockmem.New(lockmem.Options{})
+			mem, err := lockmem.NewProvider(lockmem.Options{})
 			if err != nil {
 				return Sample{}, err
 			}
@@ -122,7 +122,7 @@ func (o *Outbox) ObservedDriverWalk(name string, obs *Observed, batch, n int, d 
 					return out, nil
 				}})
 			}
-			drv, err := outbox.New(outbox.Config{
+			drv, err := outbox.NewDriver(outbox.Config{
 				Store: o.Store, Locks: locks, BatchSize: batch, RetentionDisabled: true, Processors: procs,
 				Notify: func(context.Context, outbox.Notice) error { return nil },
 				Hooks:  obs.Outbox,
@@ -215,13 +215,13 @@ func (p *Producers) Tx(ctx context.Context, write func(ctx context.Context, tx p
 	return tx.Commit(ctx)
 }
 
-// Enqueue is baton's producer: the business row and postgres.Enqueue in
+// Enqueue is baton's producer: the business row and pgxstore.Enqueue in
 // one transaction, from producers goroutines for d.
 func (p *Producers) Enqueue(producers int, d time.Duration) System {
 	return System{Name: "baton Enqueue", Run: func(ctx context.Context) (Sample, error) {
 		return Loop(ctx, producers, d, func(ctx context.Context) error {
 			return p.Tx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				return postgres.Enqueue(ctx, tx, outbox.NewID(), Lanes[0], Payload)
+				return pgxstore.Enqueue(ctx, tx, outbox.NewID(), Lanes[0], Payload)
 			})
 		})
 	}}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/workrow"
 )
 
@@ -34,7 +34,7 @@ type WorkRows struct {
 // countingRows counts the rows finalized as owned, so a run knows when
 // every row is done without polling the table.
 type countingRows struct {
-	*postgres.WorkRows[int64, workRow]
+	*pgxstore.WorkRows[int64, workRow]
 	c *Counter
 }
 
@@ -55,7 +55,7 @@ func (s *countingRows) FinalizeMany(ctx context.Context, lock workrow.LockID, fi
 // NewWorkRows creates WorkTable (fillfactor 90, as the work-row guide
 // advises) with its claim index.
 func NewWorkRows(ctx context.Context, pool *pgxpool.Pool) (*WorkRows, error) {
-	ix, err := postgres.ClaimIndex{Table: WorkTable, Order: workOrder, Live: workLive}.DDL()
+	ix, err := pgxstore.ClaimIndex{Table: WorkTable, Order: workOrder, Live: workLive}.DDL()
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func NewWorkRows(ctx context.Context, pool *pgxpool.Pool) (*WorkRows, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := postgres.NewWorkRows[int64](pool, postgres.WorkRowsOptions[workRow]{Table: WorkTable, Live: workLive, Order: workOrder})
+	st, err := pgxstore.NewWorkRows[int64](pool, pgxstore.WorkRowsOptions[workRow]{Table: WorkTable, Live: workLive, Order: workOrder})
 	if err != nil {
 		return nil, err
 	}

@@ -99,10 +99,9 @@ func HolderMain(args []string, open StoreOpener) int {
 	for i := range part.Count() {
 		leases = append(leases, part.Lease(i))
 	}
-	if err := m.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	// The manager runs until the sampling below ends and closes it.
+	running := make(chan error, 1)
+	go func() { running <- m.Run(context.WithoutCancel(ctx)) }()
 	rep.send(event{Kind: kindReady})
 
 	s := newSampler(rep, leases, *linger)
@@ -118,6 +117,7 @@ func HolderMain(args []string, open StoreOpener) int {
 	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = m.Close(closeCtx)
+	<-running
 	// A lingering holder goes on acting after it gave the roles up.
 	for end := time.Now().Add(*linger); time.Now().Before(end); time.Sleep(samplePeriod) {
 		s.sample()

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/internal/testenv"
 )
@@ -22,7 +22,7 @@ func openPostgresLeases(ctx context.Context, url string) (lease.Store, func(), e
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := postgres.NewLeaseStore(pool, postgres.LeaseStoreOptions{Schema: faultSchema, Channel: "faults_leases"})
+	store, err := pgxstore.NewLeaseStore(pool, pgxstore.LeaseStoreOptions{Schema: faultSchema, Channel: "faults_leases"})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -85,7 +85,7 @@ func migrateSchema(t *testing.T, url, schema string) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{Schema: schema}); err != nil {
+	if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 }

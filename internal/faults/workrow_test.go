@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/workrow"
 	"github.com/baton-go/baton/internal/testenv"
 	"github.com/baton-go/baton/internal/workrowtest"
@@ -37,7 +37,7 @@ type workRow struct {
 
 // auditedRows stamps every finalize for the table's audit trigger.
 type auditedRows struct {
-	*postgres.WorkRows[int64, workRow]
+	*pgxstore.WorkRows[int64, workRow]
 }
 
 func (s auditedRows) FinalizeMany(ctx context.Context, lock workrow.LockID, finals []workrow.Final[int64]) ([]bool, error) {
@@ -70,7 +70,7 @@ func workerMain(args []string) int {
 		return 1
 	}
 	defer pool.Close()
-	inner, err := postgres.NewWorkRows[int64](pool, postgres.WorkRowsOptions[workRow]{Table: workTable, Live: workrowtest.Live, Order: workOrder})
+	inner, err := pgxstore.NewWorkRows[int64](pool, pgxstore.WorkRowsOptions[workRow]{Table: workTable, Live: workrowtest.Live, Order: workOrder})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -151,7 +151,7 @@ func workRowsFaults(t *testing.T, concurrency, total int) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	ix := postgres.ClaimIndex{Schema: workSchema, Table: workTable, Order: workOrder, Live: workrowtest.Live}
+	ix := pgxstore.ClaimIndex{Schema: workSchema, Table: workTable, Order: workOrder, Live: workrowtest.Live}
 	index, err := ix.DDL()
 	if err != nil {
 		t.Fatal(err)

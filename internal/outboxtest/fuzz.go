@@ -189,7 +189,7 @@ func NothingStallsTheWalk(t *testing.T, h WalkHarness, plan []byte) {
 		return slices.Clone(p.Outcomes), nil
 	}}
 	store := &settleRecorder{Store: h.Store}
-	d, err := outbox.New(outbox.Config{
+	d, err := outbox.NewDriver(outbox.Config{
 		Store: store, Locks: h.Locks, Processors: []outbox.Processor{proc},
 		Notify: func(_ context.Context, n outbox.Notice) error {
 			mu.Lock()

@@ -1,7 +1,8 @@
 // Package outboxtest holds what the end-to-end outbox tests of both
-// PostgreSQL adapters share: a delivery log that processors of several
-// drivers write to, and the check that what was delivered is exactly what
-// was committed, in (xid, id) order, with duplicates only at a takeover.
+// PostgreSQL adapters, and the demo's verification, share: a delivery log
+// that processors of several drivers write to, and the check that what was
+// delivered is exactly what was committed, in (xid, id) order (CheckOrder),
+// with duplicates only at a takeover (Verify).
 package outboxtest
 
 import (
@@ -89,6 +90,67 @@ func Dedup(seen []Delivery) []outbox.ID {
 	return out
 }
 
+// Order is how what a destination received compares with what was
+// committed, by CheckOrder.
+type Order struct {
+	// Exact: the deliveries are the committed entries sorted by (xid, id),
+	// each once, none missing, nothing else.
+	Exact bool
+	// OutOfOrder counts deliveries of a committed entry whose (xid, id) is
+	// below that of the committed entry delivered before it.
+	OutOfOrder int
+	// Unexpected counts deliveries of an entry nobody committed.
+	Unexpected int
+	// Missing counts committed entries never delivered.
+	Missing int
+	// FirstDifference is the first position at which the deliveries and the
+	// sorted committed entries differ; -1 when Exact.
+	FirstDifference int
+}
+
+// CheckOrder compares delivered, the entries a destination received in the
+// order it received them (each once: see Dedup), with the committed
+// entries, in any order: the walk's rule is that the first are the second
+// sorted by (xid, id).
+func CheckOrder(committed []Committed, delivered []outbox.ID) Order {
+	committed = slices.Clone(committed)
+	slices.SortFunc(committed, func(a, b Committed) int {
+		return cmp.Or(cmp.Compare(a.XID, b.XID), a.ID.Compare(b.ID))
+	})
+	cursor := make(map[outbox.ID]outbox.Cursor, len(committed))
+	for _, c := range committed {
+		cursor[c.ID] = outbox.Cursor{XID: c.XID, ID: c.ID}
+	}
+	o := Order{FirstDifference: -1}
+	seen := make(map[outbox.ID]bool, len(delivered))
+	var prev *outbox.Cursor
+	for i, id := range delivered {
+		if o.FirstDifference < 0 && (i >= len(committed) || committed[i].ID != id) {
+			o.FirstDifference = i
+		}
+		seen[id] = true
+		c, ok := cursor[id]
+		if !ok {
+			o.Unexpected++
+			continue
+		}
+		if prev != nil && c.Compare(*prev) < 0 {
+			o.OutOfOrder++
+		}
+		prev = &c
+	}
+	for _, c := range committed {
+		if !seen[c.ID] {
+			o.Missing++
+		}
+	}
+	if o.FirstDifference < 0 && len(delivered) < len(committed) {
+		o.FirstDifference = len(delivered)
+	}
+	o.Exact = o.FirstDifference < 0
+	return o
+}
+
 // Result is what Verify found.
 type Result struct {
 	Distinct   int
@@ -120,10 +182,10 @@ func Verify(t *testing.T, l *Log, committed []Committed, rolledBack map[outbox.I
 	if len(got) != len(committed) {
 		t.Fatalf("delivered %d distinct entries, committed %d", len(got), len(committed))
 	}
-	for i := range committed {
-		if got[i] != committed[i].ID {
-			t.Fatalf("delivery %d is %s, want %s: the walk is not in (xid, id) order", i, got[i], committed[i].ID)
-		}
+	if o := CheckOrder(committed, got); !o.Exact {
+		i := o.FirstDifference
+		t.Fatalf("delivery %d is %s, want %s: the walk is not in (xid, id) order (%d out of order, %d unexpected, %d missing)",
+			i, got[i], committed[i].ID, o.OutOfOrder, o.Unexpected, o.Missing)
 	}
 	for _, d := range seen {
 		if rolledBack[d.ID] {

@@ -9,7 +9,7 @@ import (
 )
 
 func BenchmarkAcquireRelease(b *testing.B) {
-	p, err := memory.New(memory.Options{})
+	p, err := memory.NewProvider(memory.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 // goes with every write the holder makes.
 func ExampleProvider() {
 	ctx := context.Background()
-	locks, err := memory.New(memory.Options{})
+	locks, err := memory.NewProvider(memory.Options{})
 	if err != nil {
 		panic(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/lock"
 )
 
@@ -39,7 +40,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o Options) withDefaults() Options {
 	if o.TTL == 0 {
 		o.TTL = DefaultTTL
 	}
@@ -49,17 +52,22 @@ func (o *Options) validate() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o Options) validate() error {
 	if o.TTL < 0 {
-		return fmt.Errorf("%w: memory.Options.TTL is %v; it must be positive", lock.ErrInvalidOptions, o.TTL)
+		return config.Invalid(lock.ErrInvalidOptions, "memory.Options.TTL", "is %v; it must be positive", o.TTL)
 	}
 	if o.SafetyMargin < 0 || o.SafetyMargin >= o.TTL-o.TTL/3 {
-		return fmt.Errorf("%w: memory.Options.SafetyMargin is %v; it must be at least 0 and below two thirds of TTL (%v)",
-			lock.ErrInvalidOptions, o.SafetyMargin, o.TTL)
+		return config.Invalid(lock.ErrInvalidOptions, "memory.Options.SafetyMargin", "is %v; it must be at least 0 and below two thirds of TTL (%v)",
+			o.SafetyMargin, o.TTL)
 	}
 	return o.Backoff.Validate()
 }
 
-// Provider hands out in-memory locks. Create it with New.
+// Provider hands out in-memory locks. Create it with NewProvider.
 type Provider struct {
 	opts Options
 
@@ -77,8 +85,9 @@ type hold struct {
 
 var _ lock.Provider = (*Provider)(nil)
 
-// New returns a Provider, or an error naming the first invalid option.
-func New(opts Options) (*Provider, error) {
+// NewProvider returns a Provider, or an error naming the first invalid option.
+func NewProvider(opts Options) (*Provider, error) {
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -99,7 +108,7 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 	if err != nil {
 		return nil, err
 	}
-	ka, err := lock.StartKeepalive(lock.KeepaliveConfig{
+	ka, err := lock.NewKeepalive(lock.KeepaliveConfig{
 		TTL:          p.opts.TTL,
 		SafetyMargin: p.opts.SafetyMargin,
 		Refresh:      l.refresh,

@@ -16,7 +16,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newProvider(t *testing.T, opts memory.Options) *memory.Provider {
 	t.Helper()
-	p, err := memory.New(opts)
+	p, err := memory.NewProvider(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestNew_RejectsInvalidOptions(t *testing.T) {
 		"inverted backoff": {Backoff: lock.Backoff{Min: time.Second, Max: time.Millisecond}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := memory.New(opts); !errors.Is(err, lock.ErrInvalidOptions) {
+			if _, err := memory.NewProvider(opts); !errors.Is(err, lock.ErrInvalidOptions) {
 				t.Fatalf("err = %v, want ErrInvalidOptions", err)
 			}
 		})

@@ -20,7 +20,7 @@ import (
 // fencing itself brings; baton over the floor is the provider's own share.
 func BenchmarkAcquireRelease(b *testing.B) {
 	env := testenv.Redis(b)
-	p, err := New(env.Client, Options{Prefix: env.Prefix})
+	p, err := NewProvider(env.Client, Options{Prefix: env.Prefix})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,7 +21,7 @@ var emptyTagNames = []string{"}", "}x", "}}", "}a{b}"}
 func TestAcquire_RefusesANameThatEmptiesTheHashTagWithoutTouchingRedis(t *testing.T) {
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer client.Close()
-	p, err := batonredis.New(client, batonredis.Options{})
+	p, err := batonredis.NewProvider(client, batonredis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestAcquire_RefusesANameThatEmptiesTheHashTagWithoutTouchingRedis(t *testin
 
 func TestProvider_OnRedisClusterLockAndFenceShareASlot(t *testing.T) {
 	env := testenv.RedisCluster(t)
-	p, err := batonredis.New(env.Client, batonredis.Options{TTL: 1500 * time.Millisecond, SafetyMargin: 200 * time.Millisecond})
+	p, err := batonredis.NewProvider(env.Client, batonredis.Options{TTL: 1500 * time.Millisecond, SafetyMargin: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/lock"
 )
 
@@ -64,7 +65,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) validate() error {
+// withDefaults returns a copy of o with its zero fields set to the
+// defaults.
+func (o Options) withDefaults() Options {
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
 	}
@@ -77,14 +80,19 @@ func (o *Options) validate() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return o
+}
+
+// validate checks options that have their defaults.
+func (o Options) validate() error {
 	switch {
 	case strings.ContainsAny(o.Prefix, "{}"):
-		return fmt.Errorf("%w: redis.Options.Prefix %q contains a brace; braces are reserved for hash tags", lock.ErrInvalidOptions, o.Prefix)
+		return config.Invalid(lock.ErrInvalidOptions, "redis.Options.Prefix", "%q contains a brace; braces are reserved for hash tags", o.Prefix)
 	case o.TTL < 3*time.Millisecond:
-		return fmt.Errorf("%w: redis.Options.TTL is %v; it must be at least 3ms (Redis expiries are in milliseconds)", lock.ErrInvalidOptions, o.TTL)
+		return config.Invalid(lock.ErrInvalidOptions, "redis.Options.TTL", "is %v; it must be at least 3ms (Redis expiries are in milliseconds)", o.TTL)
 	case o.SafetyMargin < 0 || o.SafetyMargin >= o.TTL-o.TTL/3:
-		return fmt.Errorf("%w: redis.Options.SafetyMargin is %v; it must be at least 0 and below two thirds of TTL (%v)",
-			lock.ErrInvalidOptions, o.SafetyMargin, o.TTL)
+		return config.Invalid(lock.ErrInvalidOptions, "redis.Options.SafetyMargin", "is %v; it must be at least 0 and below two thirds of TTL (%v)",
+			o.SafetyMargin, o.TTL)
 	}
 	return o.Backoff.Validate()
 }
@@ -142,7 +150,7 @@ if redis.call("get", KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-// Provider hands out Redis locks. Create it with New.
+// Provider hands out Redis locks. Create it with NewProvider.
 type Provider struct {
 	client goredis.UniversalClient
 	opts   Options
@@ -150,12 +158,13 @@ type Provider struct {
 
 var _ lock.Provider = (*Provider)(nil)
 
-// New returns a Provider over client (a *redis.Client, *redis.ClusterClient
+// NewProvider returns a Provider over client (a *redis.Client, *redis.ClusterClient
 // or any other go-redis client), or an error naming the first invalid option.
-func New(client goredis.UniversalClient, opts Options) (*Provider, error) {
+func NewProvider(client goredis.UniversalClient, opts Options) (*Provider, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: redis.New: the client is nil", lock.ErrInvalidOptions)
+		return nil, config.Invalid(lock.ErrInvalidOptions, "redis.NewProvider: client", "is nil")
 	}
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -227,7 +236,7 @@ func (p *Provider) Acquire(ctx context.Context, name string, opts lock.AcquireOp
 	if err != nil {
 		return nil, err
 	}
-	l.ka, err = lock.StartKeepalive(lock.KeepaliveConfig{
+	l.ka, err = lock.NewKeepalive(lock.KeepaliveConfig{
 		TTL:          p.opts.TTL,
 		SafetyMargin: p.opts.SafetyMargin,
 		Refresh: func(ctx context.Context) error {

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func newProvider(t testing.TB, env *testenv.RedisEnv, opts batonredis.Options) *batonredis.Provider {
 	t.Helper()
 	opts.Prefix = env.Prefix
-	p, err := batonredis.New(env.Client, opts)
+	p, err := batonredis.NewProvider(env.Client, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 		other := goredis.NewClient(&goredis.Options{Addr: env.Addr})
 		t.Cleanup(func() { other.Close() })
 		opts.Prefix = env.Prefix
-		second, err := batonredis.New(other, opts)
+		second, err := batonredis.NewProvider(other, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,12 +62,12 @@ func TestNew_RejectsInvalidOptions(t *testing.T) {
 		"negative margin":  {SafetyMargin: -time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := batonredis.New(client, opts); !errors.Is(err, lock.ErrInvalidOptions) {
+			if _, err := batonredis.NewProvider(client, opts); !errors.Is(err, lock.ErrInvalidOptions) {
 				t.Fatalf("err = %v, want ErrInvalidOptions", err)
 			}
 		})
 	}
-	if _, err := batonredis.New(nil, batonredis.Options{}); !errors.Is(err, lock.ErrInvalidOptions) {
+	if _, err := batonredis.NewProvider(nil, batonredis.Options{}); !errors.Is(err, lock.ErrInvalidOptions) {
 		t.Fatalf("nil client: err = %v", err)
 	}
 }
@@ -92,7 +92,7 @@ func TestAcquire_FailsClosedWhenRedisIsUnreachable(t *testing.T) {
 	env := testenv.Redis(t)
 	// A client of its own, so closing it cuts only this holder off.
 	client := goredis.NewClient(&goredis.Options{Addr: env.Addr, MaxRetries: -1})
-	p, err := batonredis.New(client, batonredis.Options{Prefix: env.Prefix, TTL: 900 * time.Millisecond, SafetyMargin: 100 * time.Millisecond})
+	p, err := batonredis.NewProvider(client, batonredis.Options{Prefix: env.Prefix, TTL: 900 * time.Millisecond, SafetyMargin: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestAcquire_TokensKeepRisingAcrossARestartWithoutPersistence(t *testing.T) 
 	srv := testenv.StartRedisServer(t)
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
-	p, err := batonredis.New(client, batonredis.Options{TTL: time.Second, SafetyMargin: 100 * time.Millisecond})
+	p, err := batonredis.NewProvider(client, batonredis.Options{TTL: time.Second, SafetyMargin: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestAcquire_AfterARestartNotGrantedWhileAHolderFromBeforeStillTrusts(t *tes
 	newNode := func() *batonredis.Provider {
 		client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 		t.Cleanup(func() { client.Close() })
-		p, err := batonredis.New(client, opts)
+		p, err := batonredis.NewProvider(client, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +275,7 @@ func TestAcquire_WaitingOutARestartHoldsTheKeyAndACancelGivesItBack(t *testing.T
 	srv := testenv.StartRedisServer(t)
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
-	p, err := batonredis.New(client, batonredis.Options{TTL: 3 * time.Second, SafetyMargin: 300 * time.Millisecond})
+	p, err := batonredis.NewProvider(client, batonredis.Options{TTL: 3 * time.Second, SafetyMargin: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestAcquire_ALockLostWhileWaitingOutARestartIsNotGranted(t *testing.T) {
 	srv := testenv.StartRedisServer(t)
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
-	p, err := batonredis.New(client, batonredis.Options{TTL: 3 * time.Second, SafetyMargin: 300 * time.Millisecond})
+	p, err := batonredis.NewProvider(client, batonredis.Options{TTL: 3 * time.Second, SafetyMargin: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 //
 // It runs against a small seam, DB, Tx and Rows, with PostgreSQL's own
 // $N parameters. The two adapters implement the seam and nothing else of
-// substance: backends/postgres over pgxpool and pgx.Tx, backends/bunorm
+// substance: backends/pgxstore over pgxpool and pgx.Tx, backends/bunstore
 // over the database/sql handle under a bun.IDB, on pgx's database/sql
 // driver. Both therefore send the same statements with the same values as
 // real parameters, and a node of either kind can share every table with a

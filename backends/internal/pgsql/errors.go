@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/projection"
@@ -36,12 +37,24 @@ var (
 	ErrRebaseNoRoom = errors.New("baton: too few xid values below the horizon to rebase the outbox")
 )
 
-// Adapter is the package the errors are reported for, "postgres" or
-// "bunorm": messages start with "baton/<adapter>:" and name its functions.
+// Adapter is the package the errors are reported for, "pgxstore" or
+// "bunstore": messages start with "baton/<adapter>:" and name its functions.
 type Adapter string
 
 func (a Adapter) errorf(format string, args ...any) error {
 	return fmt.Errorf("baton/"+string(a)+": "+format, args...)
+}
+
+// invalid is a refused option of the adapter's, of kind (the core
+// package's sentinel), the field named with the adapter's package:
+// "pgxstore.LeaseStoreOptions.Channel".
+func (a Adapter) invalid(kind error, field, format string, args ...any) error {
+	return config.Invalid(kind, string(a)+"."+field, format, args...)
+}
+
+// wrap is a refused option of the adapter's, refused for err.
+func (a Adapter) wrap(kind error, field string, err error) error {
+	return config.Wrap(kind, string(a)+"."+field, err)
 }
 
 // Area is the kind of statement an error comes from: it decides what a
@@ -139,7 +152,7 @@ func qualified(schema, name string) string {
 // change (SchemaProblem); field names the option, for the error.
 func ValidateSchemaName(field, name string) error {
 	if why := SchemaProblem(name); why != "" {
-		return fmt.Errorf("%w: %s %q: %s", ErrInvalidSchemaName, field, name, why)
+		return config.Invalid(ErrInvalidSchemaName, field, "%q: %s", name, why)
 	}
 	return nil
 }

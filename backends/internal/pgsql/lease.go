@@ -36,6 +36,31 @@ type LeaseStoreOptions struct {
 	Logger *slog.Logger
 }
 
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c LeaseStoreOptions) withDefaults() LeaseStoreOptions {
+	if c.Channel == "" {
+		c.Channel = DefaultLeaseChannel
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks options that have their defaults.
+func (c LeaseStoreOptions) validate(a Adapter) error {
+	if c.Schema != "" {
+		if err := ValidateSchemaName("LeaseStoreOptions.Schema", c.Schema); err != nil {
+			return err
+		}
+	}
+	if why := ChannelProblem(c.Channel); why != "" {
+		return a.invalid(lease.ErrInvalidConfig, "LeaseStoreOptions.Channel", "%q: %s", c.Channel, why)
+	}
+	return nil
+}
+
 // LeaseStore is the lease.Store over baton_role_leases, and the listening
 // half of a lease.ReleaseWatcher; the adapters give it a connection to
 // listen on.
@@ -56,19 +81,9 @@ type LeaseStore struct {
 // NewLeaseStore returns a LeaseStore over db, or an error naming the first
 // invalid option. It sends nothing.
 func NewLeaseStore(db DB, a Adapter, c LeaseStoreOptions) (*LeaseStore, error) {
-	if c.Channel == "" {
-		c.Channel = DefaultLeaseChannel
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Schema != "" {
-		if err := ValidateSchemaName("LeaseStoreOptions.Schema", c.Schema); err != nil {
-			return nil, err
-		}
-	}
-	if why := ChannelProblem(c.Channel); why != "" {
-		return nil, a.errorf("LeaseStoreOptions.Channel %q: %s", c.Channel, why)
+	c = c.withDefaults()
+	if err := c.validate(a); err != nil {
+		return nil, err
 	}
 	t := qualified(c.Schema, LeaseTable)
 	return &LeaseStore{

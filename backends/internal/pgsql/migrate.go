@@ -31,7 +31,8 @@ import (
 //
 // The migration files name no schema: search_path points at the target
 // schema while they run and is put back afterwards.
-func Migrate(ctx context.Context, b Beginner, c SchemaConfig) error {
+func Migrate(ctx context.Context, b Beginner, c SchemaOptions) error {
+	c = c.withDefaults()
 	if err := c.check(b, "Migrate"); err != nil {
 		return err
 	}
@@ -185,7 +186,8 @@ func setSearchPath(ctx context.Context, tx Tx, schema string) (restore func() er
 // DropSchema drops baton's tables, the generation sequence and the version
 // table from the schema, when they exist, in one transaction under
 // Migrate's lock: the way back from Migrate. Their data is gone.
-func DropSchema(ctx context.Context, b Beginner, c SchemaConfig) error {
+func DropSchema(ctx context.Context, b Beginner, c SchemaOptions) error {
+	c = c.withDefaults()
 	if err := c.check(b, "DropSchema"); err != nil {
 		return err
 	}
@@ -226,7 +228,7 @@ func DropSchema(ctx context.Context, b Beginner, c SchemaConfig) error {
 
 // resolveSchema returns the schema to work in: the configured name, or
 // the session's current schema when it is empty.
-func resolveSchema(ctx context.Context, q Querier, c SchemaConfig) (string, error) {
+func resolveSchema(ctx context.Context, q Querier, c SchemaOptions) (string, error) {
 	if c.Schema != "" {
 		return c.Schema, nil
 	}

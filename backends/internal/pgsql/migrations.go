@@ -202,7 +202,7 @@ func columnDefinition(table, column string) string {
 
 // Migrations returns the migration files, at the root of the returned file
 // system, for running them with a migration tool instead of Migrate:
-// golang-migrate's iofs source (iofs.New(postgres.Migrations(), ".")) or
+// golang-migrate's iofs source (iofs.New(pgxstore.Migrations(), ".")) or
 // goose (goose.NewProvider with this file system). Every file is named
 // NNNN_title.up.sql and starts with "-- +goose Up"; none names a schema, so
 // the tables land in the connection's search_path.
@@ -264,7 +264,7 @@ func SchemaSQL() string {
 	b.WriteString("--\n")
 	b.WriteString("-- Creates baton's tables in the first schema of search_path and records the\n")
 	b.WriteString("-- applied versions in " + migrationsTable + ", so that a later\n")
-	b.WriteString("-- postgres.Migrate finds nothing to do. Run it once, in one transaction:\n")
+	b.WriteString("-- pgxstore.Migrate finds nothing to do. Run it once, in one transaction:\n")
 	b.WriteString("--   PGOPTIONS='-c search_path=baton' psql -v ON_ERROR_STOP=1 --single-transaction -f baton.sql\n")
 	b.WriteString("\n")
 	b.WriteString(migrationsTableDDL(migrationsTable))

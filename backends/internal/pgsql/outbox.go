@@ -22,6 +22,23 @@ type OutboxStoreOptions struct {
 	Logger *slog.Logger
 }
 
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c OutboxStoreOptions) withDefaults() OutboxStoreOptions {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks options that have their defaults.
+func (c OutboxStoreOptions) validate() error {
+	if c.Schema != "" {
+		return ValidateSchemaName("OutboxStoreOptions.Schema", c.Schema)
+	}
+	return nil
+}
+
 // OutboxStore is the outbox.Store over baton_outbox, baton_outbox_state and
 // baton_outbox_dead.
 //
@@ -41,13 +58,9 @@ var _ outbox.Store = (*OutboxStore)(nil)
 // NewOutboxStore returns an OutboxStore over db, or an error naming the
 // first invalid option. It sends nothing.
 func NewOutboxStore(db DB, a Adapter, c OutboxStoreOptions) (*OutboxStore, error) {
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Schema != "" {
-		if err := ValidateSchemaName("OutboxStoreOptions.Schema", c.Schema); err != nil {
-			return nil, err
-		}
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 	return &OutboxStore{db: db, a: a, logger: c.Logger, sql: newOutboxStatements(c.Schema)}, nil
 }

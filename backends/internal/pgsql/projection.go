@@ -22,6 +22,23 @@ type ProjectionStoreOptions struct {
 	Logger *slog.Logger
 }
 
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c ProjectionStoreOptions) withDefaults() ProjectionStoreOptions {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks options that have their defaults.
+func (c ProjectionStoreOptions) validate() error {
+	if c.Schema != "" {
+		return ValidateSchemaName("ProjectionStoreOptions.Schema", c.Schema)
+	}
+	return nil
+}
+
 // ProjectionStore is the projection.Store over baton_projection_header and
 // baton_projection_detail.
 //
@@ -70,13 +87,9 @@ var _ projection.Store = (*ProjectionStore)(nil)
 // NewProjectionStore returns a ProjectionStore over db, or an error naming
 // the first invalid option. It sends nothing.
 func NewProjectionStore(db DB, a Adapter, c ProjectionStoreOptions) (*ProjectionStore, error) {
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Schema != "" {
-		if err := ValidateSchemaName("ProjectionStoreOptions.Schema", c.Schema); err != nil {
-			return nil, err
-		}
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 	h, d, q := qualified(c.Schema, ProjectionHeaderTable), qualified(c.Schema, ProjectionDetailTable), qualified(c.Schema, ProjectionGenerationSequence)
 	return &ProjectionStore{

@@ -112,9 +112,9 @@ func schemaError(a Adapter, schema string, problems []problem, migrate bool) *Sc
 	return e
 }
 
-// SchemaConfig says which schema Migrate, VerifySchema or DropSchema work
+// SchemaOptions say which schema Migrate, VerifySchema or DropSchema work
 // on, and for whom.
-type SchemaConfig struct {
+type SchemaOptions struct {
 	Adapter Adapter
 	// Field is the option Schema came from, for errors
 	// ("MigrateOptions.Schema").
@@ -125,12 +125,19 @@ type SchemaConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *SchemaConfig) check(b Beginner, op string) error {
-	if b == nil {
-		return c.Adapter.errorf("%s: the database handle is nil", op)
-	}
+// withDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c SchemaOptions) withDefaults() SchemaOptions {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// check validates options that have their defaults, and the handle b.
+func (c SchemaOptions) check(b Beginner, op string) error {
+	if b == nil {
+		return c.Adapter.errorf("%s: the database handle is nil", op)
 	}
 	if c.Schema != "" {
 		return ValidateSchemaName(c.Field, c.Schema)
@@ -152,7 +159,8 @@ func (c *SchemaConfig) check(b Beginner, op string) error {
 // recorded version behind the latest migration is a problem too; with an
 // external migration tool that table is absent and the shape alone
 // decides.
-func VerifySchema(ctx context.Context, b Beginner, c SchemaConfig) error {
+func VerifySchema(ctx context.Context, b Beginner, c SchemaOptions) error {
+	c = c.withDefaults()
 	if err := c.check(b, "VerifySchema"); err != nil {
 		return err
 	}

@@ -28,9 +28,9 @@ const (
 // a deadlock.
 const claimAttempts = 4
 
-// WorkConfig configures WorkRows: an adapter's WorkRowsOptions, and how the
-// adapter reads rows into R.
-type WorkConfig[K comparable, R any] struct {
+// WorkRowsOptions configure WorkRows: an adapter's WorkRowsOptions, and how
+// the adapter reads rows into R.
+type WorkRowsOptions[K comparable, R any] struct {
 	Adapter                                   Adapter
 	Schema, Table                             string
 	IDColumn, LockIDColumn, LockedUntilColumn string
@@ -74,7 +74,7 @@ type WorkRowsStats struct {
 // serialization error instead of skipping the row (see docs/work-rows.md).
 type WorkRows[K comparable, R any] struct {
 	db DB
-	c  WorkConfig[K, R]
+	c  WorkRowsOptions[K, R]
 
 	table                string // quoted, schema-qualified when Schema is set
 	id, lockID, lockedTo string // quoted
@@ -100,13 +100,14 @@ type workColumn struct {
 // NewWorkRows returns a WorkRows over db, or an error naming the first
 // invalid option. It sends nothing; the first call reads the table's
 // columns from the catalog (Check does so at once).
-func NewWorkRows[K comparable, R any](db DB, c WorkConfig[K, R]) (*WorkRows[K, R], error) {
+func NewWorkRows[K comparable, R any](db DB, c WorkRowsOptions[K, R]) (*WorkRows[K, R], error) {
+	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	live, err := literalCond(c.Alias, c.Live)
 	if err != nil {
-		return nil, c.Adapter.errorf("WorkRowsOptions.Live: %w", err)
+		return nil, c.Adapter.wrap(workrow.ErrInvalidConfig, "WorkRowsOptions.Live", err)
 	}
 	return &WorkRows[K, R]{
 		db: db, c: c,
@@ -118,9 +119,9 @@ func NewWorkRows[K comparable, R any](db DB, c WorkConfig[K, R]) (*WorkRows[K, R
 	}, nil
 }
 
-// Validate fills the defaults and checks the options, naming the first
-// invalid one.
-func (c *WorkConfig[K, R]) Validate() error {
+// WithDefaults returns a copy of c with its zero fields set to the
+// defaults.
+func (c WorkRowsOptions[K, R]) WithDefaults() WorkRowsOptions[K, R] {
 	if c.IDColumn == "" {
 		c.IDColumn = DefaultWorkRowIDColumn
 	}
@@ -133,8 +134,14 @@ func (c *WorkConfig[K, R]) Validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	bad := func(format string, args ...any) error {
-		return c.Adapter.errorf("WorkRowsOptions.%s", fmt.Sprintf(format, args...))
+	return c
+}
+
+// Validate checks options that have their defaults, naming the first
+// invalid one.
+func (c WorkRowsOptions[K, R]) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return c.Adapter.invalid(workrow.ErrInvalidConfig, "WorkRowsOptions."+field, format, args...)
 	}
 	if c.Schema != "" {
 		if err := ValidateSchemaName("WorkRowsOptions.Schema", c.Schema); err != nil {
@@ -144,28 +151,29 @@ func (c *WorkConfig[K, R]) Validate() error {
 	for _, f := range []struct{ field, name string }{{"Table", c.Table}, {"IDColumn", c.IDColumn},
 		{"LockIDColumn", c.LockIDColumn}, {"LockedUntilColumn", c.LockedUntilColumn}} {
 		if p := IdentifierProblem(f.name); p != "" {
-			return bad("%s %q: %s", f.field, f.name, p)
+			return bad(f.field, "%q: %s", f.name, p)
 		}
 	}
 	if c.LockIDColumn == c.LockedUntilColumn || c.IDColumn == c.LockIDColumn || c.IDColumn == c.LockedUntilColumn {
-		return bad("IDColumn, LockIDColumn and LockedUntilColumn must be three different columns")
+		return bad("IDColumn", "(%q), LockIDColumn (%q) and LockedUntilColumn (%q) must be three different columns",
+			c.IDColumn, c.LockIDColumn, c.LockedUntilColumn)
 	}
 	if c.Live.IsZero() {
-		return bad("Live is empty; name the live-row filter, for example workrow.IsNull(\"completed_at\"): the claim index covers only these rows")
+		return bad("Live", "is empty; name the live-row filter, for example workrow.IsNull(\"completed_at\"): the claim index covers only these rows")
 	}
 	probe := workrow.ClaimSpec{LockID: workrow.LockID{1}, Now: time.Unix(1, 0), LeaseUntil: time.Unix(2, 0), BatchSize: 1,
 		Eligible: c.Live, Order: c.Order}
 	if err := probe.Validate(); err != nil {
-		return bad("Live or Order: %v", err)
+		return c.Adapter.wrap(workrow.ErrInvalidConfig, "WorkRowsOptions.Live or Order", err)
 	}
 	for _, col := range c.Live.Columns() {
 		if col == c.LockIDColumn || col == c.LockedUntilColumn {
-			return bad("Live mentions the lock column %q; keep lock columns out of every index predicate, or claims and renewals cannot be HOT updates", col)
+			return bad("Live", "mentions the lock column %q; keep lock columns out of every index predicate, or claims and renewals cannot be HOT updates", col)
 		}
 	}
 	for i, ord := range c.Order {
 		if ord.Column == c.IDColumn || ord.Column == c.LockIDColumn || ord.Column == c.LockedUntilColumn {
-			return bad("Order[%d] is %q; order by the application's own columns (the id is appended as the last key)", i, ord.Column)
+			return bad(fmt.Sprintf("Order[%d]", i), "is %q; order by the application's own columns (the id is appended as the last key)", ord.Column)
 		}
 	}
 	return nil

@@ -13,14 +13,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/holder"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/graph/graphtest"
-	"github.com/baton-go/baton/locks/pg"
+	"github.com/baton-go/baton/locks/pglock"
 )
 
 // maintenanceRole is the role lease whose holder runs the maintenance loop
@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("database pool: %w", err)
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, postgres.MigrateOptions{Logger: log}); err != nil {
+	if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{Logger: log}); err != nil {
 		return fmt.Errorf("baton schema: %w", err)
 	}
 	if err := createTables(ctx, pool); err != nil {
@@ -187,7 +187,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer lockPool.Close()
-		if locks, err = pg.New(lockPool, pg.Options{Logger: log}); err != nil {
+		if locks, err = pglock.NewProvider(lockPool, pglock.Options{Logger: log}); err != nil {
 			return err
 		}
 	}
@@ -198,7 +198,10 @@ func Run(ctx context.Context, cfg Config) error {
 	engineURL := cfg.EngineURL
 	var fake *graphtest.Engine
 	if engineURL == "" {
-		fake = graphtest.NewEngine()
+		var err error
+		if fake, err = graphtest.NewEngine(); err != nil {
+			return err
+		}
 		defer fake.Close()
 		engineURL = fake.URL()
 		log.Info("no engine URL given: delivering to a fake graph engine inside this process; GET /engine/deliveries lists what it received",
@@ -210,7 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.EngineToken != "" {
 		engineTransport = &bearerToken{token: cfg.EngineToken, next: transport}
 	}
-	procs, err := graph.StandardProcessors(graph.ProcessorConfig{
+	procs, err := graph.StandardProcessors(graph.ProcessorOptions{
 		DeliveryURL: engineURL,
 		Client:      &http.Client{Transport: engineTransport},
 		Logger:      log,
@@ -220,11 +223,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	// The outbox: every instance runs a driver; the leader lock picks one.
-	outboxStore, err := postgres.NewOutboxStore(pool, postgres.OutboxStoreOptions{Logger: log})
+	outboxStore, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{Logger: log})
 	if err != nil {
 		return err
 	}
-	driver, err := outbox.New(outbox.Config{
+	driver, err := outbox.NewDriver(outbox.Config{
 		Store:      outboxStore,
 		Locks:      locks,
 		Processors: procs,
@@ -256,7 +259,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The role lease and the proxy that routes /maintenance to its holder.
 	leaseStore := cfg.Leases
 	if leaseStore == nil {
-		if leaseStore, err = postgres.NewLeaseStore(pool, postgres.LeaseStoreOptions{Logger: log}); err != nil {
+		if leaseStore, err = pgxstore.NewLeaseStore(pool, pgxstore.LeaseStoreOptions{Logger: log}); err != nil {
 			return err
 		}
 	}
@@ -283,7 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	proxy, err := holder.RoleProxy(mgr.Registry(), maintenanceRole, holder.Options{Self: self, Peers: cfg.Peers, Logger: log}, "/maintenance")
+	proxy, err := holder.RoleProxy(mgr.Registry(), maintenanceRole, holder.Config{Self: self, Peers: cfg.Peers, Logger: log}, "/maintenance")
 	if err != nil {
 		return err
 	}
@@ -308,10 +311,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv := newHTTPServer(proxy(svc.routes()), log) // the proxy outermost: a non-holder starts no local work
 
-	if err := mgr.Start(ctx); err != nil {
-		return err
-	}
-
 	// Every goroutine is owned here and waited for before Run returns.
 	var wg sync.WaitGroup
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
@@ -319,6 +318,12 @@ func Run(ctx context.Context, cfg Config) error {
 	served = true
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- srv.Serve(ln) })
+	wg.Go(func() {
+		// Run returns when the shutdown below closes the manager.
+		if err := mgr.Run(loops); err != nil {
+			log.Warn("lease manager stopped", "err", err)
+		}
+	})
 	wg.Go(func() {
 		if err := driver.Run(loops); err != nil && loops.Err() == nil {
 			log.Error("outbox driver stopped", "err", err)

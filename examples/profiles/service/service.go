@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/baton-go/baton/backends/postgres"
+	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
@@ -33,7 +33,7 @@ const maxBody = 64 << 10
 // service holds the HTTP handlers and the maintenance loop.
 type service struct {
 	pool       *pgxpool.Pool
-	outbox     *postgres.OutboxStore
+	outbox     *pgxstore.OutboxStore
 	role       *lease.Lease
 	partitions *lease.Partition // nil without Config.Partitions
 	instanceID string

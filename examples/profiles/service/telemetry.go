@@ -51,7 +51,7 @@ func newTelemetry(instanceID string, traces io.Writer) (*telemetry, error) {
 		tel.tracer = tp
 		tel.shutdown = func(ctx context.Context) error { return joinErr(mp.Shutdown(ctx), tp.Shutdown(ctx)) }
 	}
-	tel.obs, err = otelbaton.New(otelbaton.Options{MeterProvider: mp, TracerProvider: tel.tracer, Instance: instanceID})
+	tel.obs, err = otelbaton.NewObserver(otelbaton.Options{MeterProvider: mp, TracerProvider: tel.tracer, Instance: instanceID})
 	if err != nil {
 		return nil, err
 	}

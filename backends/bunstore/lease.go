@@ -1,0 +1,106 @@
+package bunstore
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+
+	"github.com/baton-go/baton/backends/internal/pgsql"
+	"github.com/baton-go/baton/core/lease"
+)
+
+// DefaultLeaseChannel is the NOTIFY channel of releases when
+// LeaseStoreOptions.Channel is empty. It is the pgx adapter's default too,
+// so bun and pgx nodes hear each other's releases.
+const DefaultLeaseChannel = pgsql.DefaultLeaseChannel
+
+// LeaseStoreOptions configure a LeaseStore: Schema (the schema of
+// baton_role_leases, "" for the search_path), Channel (the NOTIFY channel of
+// releases, default DefaultLeaseChannel) and Logger (nil discards). The zero
+// value uses the defaults. The pgx adapter takes the same type.
+type LeaseStoreOptions = pgsql.LeaseStoreOptions
+
+// LeaseStore is the lease.Store over baton_role_leases, on any bun.IDB
+// (its Heartbeat, Release and Read), and a lease.ReleaseWatcher through
+// LISTEN/NOTIFY. Create it with NewLeaseStore.
+//
+// Its statements are the pgx adapter's, so bun and pgx nodes can share one
+// lease table: every rule is decided inside single statements by the
+// database clock, and a heartbeat is one statement whatever the number of
+// claims. On a bun.Tx the statements run inside that transaction: a
+// heartbeat there is only seen by others once the transaction commits, so
+// give a Manager a *bun.DB.
+type LeaseStore struct {
+	*pgsql.LeaseStore
+	db bun.IDB
+}
+
+var (
+	_ lease.Store          = (*LeaseStore)(nil)
+	_ lease.ReleaseWatcher = (*LeaseStore)(nil)
+)
+
+// NewLeaseStore returns a LeaseStore over db, or an error naming the first
+// invalid option. db must run on pgx's database/sql driver
+// (ErrUnsupportedDriver). It asks the database one thing,
+// standard_conforming_strings, and refuses a session without it
+// (ErrNonStandardStrings); run Migrate first.
+func NewLeaseStore(ctx context.Context, db bun.IDB, opts LeaseStoreOptions) (*LeaseStore, error) {
+	h, err := open(db, "NewLeaseStore")
+	if err != nil {
+		return nil, err
+	}
+	st, err := pgsql.NewLeaseStore(h, adapter, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSession(ctx, h, "NewLeaseStore"); err != nil {
+		return nil, err
+	}
+	return &LeaseStore{st, db}, nil
+}
+
+// ErrWatchUnsupported is returned by WatchReleases when the store's handle
+// cannot LISTEN: it is not a *bun.DB, or its driver's connection is not
+// pgx's.
+var ErrWatchUnsupported = errors.New("baton/bunstore: this database handle cannot watch lease releases")
+
+// WatchReleases implements lease.ReleaseWatcher. It needs the store to be
+// over a *bun.DB: it takes one connection of its pool and LISTENs on pgx's
+// connection under it until ctx ends (it returns ctx's error) or the
+// connection fails; the connection is then discarded rather than returned
+// to the pool, since it may still be listening. Behind PgBouncer in
+// transaction mode it hears nothing: give it a direct or session-pooled
+// connection.
+func (s *LeaseStore) WatchReleases(ctx context.Context, released func(role string)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	db, ok := s.db.(*bun.DB)
+	if !ok {
+		return fmt.Errorf("%w: it is a %T; build the store over the *bun.DB", ErrWatchUnsupported, s.db)
+	}
+	conn, err := db.DB.Conn(ctx)
+	if err != nil {
+		return s.WatchError(ctx, "get a connection", err)
+	}
+	defer conn.Close()
+	watchErr := fmt.Errorf("%w: the connection was lost", ErrWatchUnsupported)
+	rawErr := conn.Raw(func(dc any) error {
+		pc, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
+			watchErr = fmt.Errorf("%w: its driver connection is a %T; use pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib)", ErrWatchUnsupported, dc)
+			return nil
+		}
+		watchErr = s.Watch(ctx, pc.Conn(), released)
+		return driver.ErrBadConn // discard the connection: it may still be listening
+	})
+	if rawErr != nil && rawErr != driver.ErrBadConn {
+		return s.WatchError(ctx, "get a connection", rawErr)
+	}
+	return watchErr
+}

@@ -1,9 +1,0 @@
-package postgres
-
-import (
-	"testing"
-
-	"github.com/baton-go/baton/internal/testenv"
-)
-
-func TestMain(m *testing.M) { testenv.Main(m) }

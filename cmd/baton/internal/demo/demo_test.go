@@ -1,0 +1,209 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/graph"
+	"github.com/baton-go/baton/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// checkDemoResult asserts the structured result of a passing demo.
+func checkDemoResult(t *testing.T, res *Result) {
+	t.Helper()
+	if !res.Passed {
+		t.Errorf("the demo did not pass")
+	}
+	wantChecks := []string{
+		"one holder", "delivered in (xid, id) order", "lost", "rolled-back delivered",
+		"graph.init before metadata", "final labels", "one stuck notice",
+		"parked, requeued, delivered", "permission checks", "failover within bounds",
+	}
+	byName := map[string]Check{}
+	for _, c := range res.Checks {
+		byName[c.Name] = c
+		if !c.OK {
+			t.Errorf("check %q failed: %s", c.Name, c.Detail)
+		}
+	}
+	for _, name := range wantChecks {
+		if _, ok := byName[name]; !ok {
+			t.Errorf("check %q missing from %+v", name, res.Checks)
+		}
+	}
+	if !res.InOrder || res.OrderViolations != 0 || res.Unexpected != 0 {
+		t.Errorf("in order %v, %d violations, %d unexpected", res.InOrder, res.OrderViolations, res.Unexpected)
+	}
+	if res.Lost != 0 || res.RolledBackDelivered != 0 {
+		t.Errorf("lost %d, rolled-back delivered %d; want 0 and 0", res.Lost, res.RolledBackDelivered)
+	}
+	if res.Transactions.Committed == 0 || res.Transactions.RolledBack == 0 || res.RolledBackEntries == 0 {
+		t.Errorf("transactions %+v, rolled-back entries %d: want both commits and rollbacks", res.Transactions, res.RolledBackEntries)
+	}
+	// Every committed entry was delivered once (the parked one as its
+	// requeued copy): the deliveries are the committed entries.
+	if res.Delivered != res.CommittedEntries {
+		t.Errorf("delivered %d entries, committed %d", res.Delivered, res.CommittedEntries)
+	}
+	if res.DeliveredByLane[graph.LaneInit] == 0 || res.DeliveredByLane[graph.LaneMetadata] == 0 {
+		t.Errorf("deliveries by lane %v: want both standard lanes", res.DeliveredByLane)
+	}
+	if res.InitAfterMetadata != 0 || res.LabelMismatches != 0 || res.Profiles == 0 {
+		t.Errorf("profiles %d, init after metadata %d, label mismatches %d", res.Profiles, res.InitAfterMetadata, res.LabelMismatches)
+	}
+	if res.StuckNotices != 1 {
+		t.Errorf("%d stuck notices, want 1", res.StuckNotices)
+	}
+	if res.Parked != 1 || res.Requeued != 1 || res.RequeuedDelivered != 1 {
+		t.Errorf("parked %d, requeued %d, requeued delivered %d; want 1, 1, 1", res.Parked, res.Requeued, res.RequeuedDelivered)
+	}
+	if res.PermissionChecks == 0 || res.PermissionFailures != 0 {
+		t.Errorf("%d permission checks, %d failed", res.PermissionChecks, res.PermissionFailures)
+	}
+	whats := map[string]bool{}
+	for _, f := range res.Failovers {
+		whats[f.What] = true
+		if f.TookMS <= 0 || f.TookMS > f.BoundMS {
+			t.Errorf("failover %q took %d ms, bound %d ms", f.What, f.TookMS, f.BoundMS)
+		}
+		if f.By == "" || f.By == "instance-1" {
+			t.Errorf("failover %q: taken by %q, want a survivor", f.What, f.By)
+		}
+	}
+	for _, w := range []string{"outbox leader", "role " + coordinatorRole, "partitions"} {
+		if !whats[w] {
+			t.Errorf("failover %q not measured (got %+v)", w, res.Failovers)
+		}
+	}
+}
+
+// TestDemo_Terminal runs the demo as on a terminal, with another seed:
+// the progress line is redrawn in place, and the run still passes.
+func TestDemo_Terminal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a second full demo run; skipped with -short")
+	}
+	var out strings.Builder
+	res, err := Run(context.Background(), Config{Seed: 7, Out: &out, TTY: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDemoResult(t, res)
+	text := out.String()
+	if !strings.Contains(text, "seed      7") || !strings.Contains(text, "\nPASS in ") {
+		t.Errorf("the output lacks the seed or the PASS line:\n%s", text)
+	}
+	if !strings.Contains(text, "\r\x1b[K\x1b[2mdelivered ") {
+		t.Errorf("no progress line redrawn in place:\n%q", text)
+	}
+}
+
+// TestDemo_VerificationCatchesAGhost delivers, behind the demo's back, an
+// entry of a transaction that rolled back: the verification must fail on
+// it, as it would if the outbox had leaked it.
+func TestDemo_VerificationCatchesAGhost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a full demo run; skipped with -short")
+	}
+	ghost := func(ctx context.Context, d *demo) error {
+		var rec entryRecord
+		profiles := d.ledger.profileList()
+		for _, tx := range d.ledger.all() {
+			if tx.Outcome == txRolledBack && len(tx.Entries) > 0 && slices.Contains(profiles, tx.Profile) {
+				rec = tx.Entries[len(tx.Entries)-1]
+				break
+			}
+		}
+		if rec.ID.IsNil() {
+			return errors.New("no rolled-back transaction")
+		}
+		procs, err := graph.StandardProcessors(graph.ProcessorOptions{DeliveryURL: d.engine.URL(), Client: d.engine.Client()})
+		if err != nil {
+			return err
+		}
+		payload, _ := json.Marshal(graph.MetadataPayload{EntityType: "profile", EntityID: rec.Profile, Label: "ghost"})
+		out, err := procs[1].Deliver(ctx, []outbox.Entry{{ID: rec.ID, Lane: graph.LaneMetadata, Payload: payload}})
+		if err != nil || len(out) != 1 || out[0].Kind != outbox.KindDelivered {
+			return fmt.Errorf("delivering the ghost: %v %+v", err, out)
+		}
+		return nil
+	}
+	res, err := Run(context.Background(), Config{Seed: 3, beforeVerify: ghost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Passed || res.RolledBackDelivered != 1 || res.Unexpected != 1 || res.InOrder || res.LabelMismatches != 1 {
+		t.Errorf("passed %v, rolled-back delivered %d, unexpected %d, in order %v, label mismatches %d; want false, 1, 1, false, 1",
+			res.Passed, res.RolledBackDelivered, res.Unexpected, res.InOrder, res.LabelMismatches)
+	}
+	failed := map[string]bool{}
+	for _, c := range res.Checks {
+		if !c.OK {
+			failed[c.Name] = true
+		}
+	}
+	for _, name := range []string{"rolled-back delivered", "delivered in (xid, id) order", "final labels"} {
+		if !failed[name] {
+			t.Errorf("check %q passed; it should catch the ghost (%+v)", name, res.Checks)
+		}
+	}
+	if failed["lost"] || failed["failover within bounds"] {
+		t.Errorf("unrelated checks failed: %+v", res.Checks)
+	}
+}
+
+// TestDemo_Postgres runs the scenario on PostgreSQL, with advisory locks
+// and then with Redis locks; each run creates its own schema and drops it.
+func TestDemo_Postgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole scenario against PostgreSQL; skipped with -short")
+	}
+	url := testenv.PostgresURL(t)
+	for _, withRedis := range []bool{false, true} {
+		name := "advisory locks"
+		cfg := Config{Postgres: url, Seed: 1}
+		if withRedis {
+			name = "redis locks"
+			cfg.Redis = testenv.RedisAddr(t)
+		}
+		t.Run(name, func(t *testing.T) {
+			var out strings.Builder
+			cfg.Out = &out
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkDemoResult(t, res)
+			if !strings.HasPrefix(res.Schema, "baton_demo_") {
+				t.Fatalf("schema %q", res.Schema)
+			}
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			var exists bool
+			if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", res.Schema).Scan(&exists); err != nil {
+				t.Fatal(err)
+			}
+			if exists {
+				t.Errorf("schema %s still exists after the demo", res.Schema)
+				_, _ = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{res.Schema}.Sanitize()+" CASCADE")
+			}
+			if !strings.Contains(out.String(), "dropped schema "+res.Schema) {
+				t.Errorf("the narrative does not say the schema was dropped:\n%s", out.String())
+			}
+		})
+	}
+}
