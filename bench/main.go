@@ -234,7 +234,7 @@ func settings(p plan, env *benchkit.Env, selected []string) []string {
 				"every run walks from the start; batches %v; pool of 4 connections", p.relayEntries, p.wmEntries, p.relayBatches),
 				"baton driver: outbox.Driver, a no-op processor per lane (3 lanes), in-memory leader lock, retention off; "+
 					"bare keyset walk: OutboxStore.Scan and one cursor upsert per batch",
-				watermillSettings())
+				watermillSettings(), observedSettings)
 		case "enqueue":
 			s = append(s, fmt.Sprintf("enqueue: one producer transaction = BEGIN, INSERT a business row, the write, COMMIT; producers %v, pool of producers+2 connections; "+
 				"plain INSERT: the same values into a table of the outbox's columns without its xid and walk index; "+
@@ -245,7 +245,7 @@ func settings(p plan, env *benchkit.Env, selected []string) []string {
 			s = append(s, fmt.Sprintf("work rows: %d fresh rows per run, no-op handler; handlers %v; baton: one Worker, one Run, Concurrency = the handler count, BatchSize %v, "+
 				"IdleDelay 1ms; both systems on one pool of 10 connections; each burn-down's rate is taken from its first completion to the latest, "+
 				"at most %v after the first, leaving out start-up (River's first completion comes about 65ms after Start)", p.workRows, p.handlers, p.workBatches, p.workBound),
-				p.riverSettings.String())
+				p.riverSettings.String(), observedSettings)
 		case "wakeup":
 			s = append(s, fmt.Sprintf("wake-ups: producers commit one entry (or one work row with WorkRows.Signal) per transaction at %v per second, at least %d commits per run, %d alternations; "+
 				"one outbox.Driver (default IdleDelay %v, listening) or one Worker (default IdleDelay %v, listening, Concurrency 8, BatchSize 20); p50 and p99 are from the commit's return "+
@@ -279,15 +279,30 @@ func relayCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Cell
 	if err != nil {
 		return nil, err
 	}
+	obs, stopObs, err := observed(sampleTenth)
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(ctx, stopObs)
+	traced, stopTraced, err := observed(sampleAll)
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(ctx, stopTraced)
 	var cells []benchkit.Cell
 	for _, batch := range p.relayBatches {
 		driver, bare, peer := ob.DriverWalk(batch, p.relayEntries, p.bound), ob.BareWalk(batch, p.relayEntries, p.bound), wm.walk(batch, p.wmEntries, p.bound)
+		hooked := ob.ObservedDriverWalk(driver.Name+otelName, obs, batch, p.relayEntries, p.bound)
+		allTraced := ob.ObservedDriverWalk(driver.Name+tracedName, traced, batch, p.relayEntries, p.bound)
 		cells = append(cells, benchkit.Cell{
 			Group: "outbox relay", Name: fmt.Sprintf("batch %d", batch), Unit: "entries/s",
-			System: []benchkit.System{driver, bare, peer},
+			System: []benchkit.System{driver, bare, peer, hooked, allTraced},
 			Ratios: []benchkit.Ratio{
 				{Of: driver.Name, Over: bare.Name, Kind: benchkit.Throughput, Goal: 0.9},
 				{Of: driver.Name, Over: peer.Name, Kind: benchkit.Throughput, Goal: 8},
+				// What the hooks cost: the same driver, observed.
+				{Of: hooked.Name, Over: driver.Name, Kind: benchkit.Cost, Goal: 1.05},
+				{Of: allTraced.Name, Over: driver.Name, Kind: benchkit.Cost},
 			},
 		})
 	}
@@ -396,6 +411,11 @@ func workRowCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 	if err != nil {
 		return nil, err
 	}
+	obs, stopObs, err := observed(sampleTenth) // work rows make no spans
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(ctx, stopObs)
 	var cells []benchkit.Cell
 	for _, h := range p.handlers {
 		peer := rq.burnDown(h, p.workRows, p.workBound)
@@ -404,11 +424,17 @@ func workRowCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 		if h == 1 {
 			goal = 0 // the goal is for concurrent handlers
 		}
+		var s benchkit.System
 		for _, b := range p.workBatches {
-			s := wr.BurnDown(h, b, p.workRows, p.workBound)
+			s = wr.BurnDown(h, b, p.workRows, p.workBound)
 			c.System = append(c.System, s)
 			c.Ratios = append(c.Ratios, benchkit.Ratio{Of: s.Name, Over: peer.Name, Kind: benchkit.Throughput, Goal: goal})
 		}
+		// What the hooks cost: the last batch size again, observed.
+		b := p.workBatches[len(p.workBatches)-1]
+		hooked := wr.ObservedBurnDown(s.Name+otelName, obs, h, b, p.workRows, p.workBound)
+		c.System = append(c.System, hooked)
+		c.Ratios = append(c.Ratios, benchkit.Ratio{Of: hooked.Name, Over: s.Name, Kind: benchkit.Cost, Goal: 1.05})
 		cells = append(cells, c)
 	}
 	return cells, nil

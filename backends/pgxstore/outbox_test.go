@@ -953,6 +953,8 @@ FROM generate_series(1, 100000) AS g`)
 			map[string][]string{"baton_outbox_walk": {"ROW(xid, id) > ROW("}}},
 		{"outbox_gate", st.Statements().Gate, fmt.Sprintf("1, '%d', %s", c, nilID),
 			map[string][]string{"baton_outbox_walk": {"ROW(xid, id) > ROW("}}},
+		{"outbox_count_pending", st.Statements().CountPending, fmt.Sprintf("'%d', %s, 10000", c, nilID),
+			map[string][]string{"baton_outbox_walk": {"ROW(xid, id) > ROW("}}},
 	}
 	for _, s := range statements {
 		if _, err := conn.Exec(ctx, "PREPARE "+s.name+" AS "+s.query); err != nil {

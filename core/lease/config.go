@@ -61,6 +61,11 @@ type Config struct {
 	HeldSafetyMargin time.Duration
 	// Logger receives heartbeat failures and role changes. nil discards.
 	Logger *slog.Logger
+
+	// Hooks observe the heartbeats and the roles' terms; nil observes
+	// nothing and costs nothing. otelbaton implements them with
+	// OpenTelemetry.
+	Hooks Hooks
 }
 
 // withDefaults returns a copy of c with its zero fields set to the

@@ -25,6 +25,9 @@ type Lease struct {
 	// unsure is set when the last heartbeat that carried this role failed:
 	// the store may have acted on it, so claimTok may be out of date.
 	unsure bool
+	// reported is whether the hooks were last told this instance holds
+	// the role; only the holder of the manager's beat touches it.
+	reported bool
 }
 
 // term is one held term as this instance trusts it.

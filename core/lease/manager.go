@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton/core/config"
+	"github.com/baton-go/baton/core/health"
 )
 
 // ErrClosed is returned by a Manager's methods after Close.
@@ -48,6 +49,8 @@ type Manager struct {
 	beats       context.Context
 	cancelBeats context.CancelFunc
 	wg          sync.WaitGroup
+
+	status health.Tracker
 }
 
 // NewManager validates cfg and returns a Manager that has not started.
@@ -181,6 +184,7 @@ func (m *Manager) start(ctx context.Context) error {
 		return ErrRunning
 	}
 	m.started = true
+	m.status.Started(time.Now().Add(2 * m.cfg.RenewInterval))
 	base := context.WithoutCancel(ctx) // values only
 	ctx, m.cancel = context.WithCancel(base)
 	m.beats, m.cancelBeats = context.WithCancel(base)
@@ -217,6 +221,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		l.stop() // stop claiming first, everywhere
 	}
 	if cancel != nil {
+		defer m.status.Stopped()
 		cancel()
 		stopWatching := context.AfterFunc(ctx, cancelBeats)
 		m.wg.Wait()
@@ -262,12 +267,14 @@ func (m *Manager) release(ctx context.Context, l *Lease) error {
 		token = max(token, t)
 	}
 	if token == 0 {
+		m.reportRelease(ctx, l, 0, false)
 		return nil
 	}
 	released, err := m.store.Release(ctx, l.role, m.cfg.InstanceID, token)
 	if err != nil {
 		return fmt.Errorf("baton/lease: release %q: %w", l.role, err)
 	}
+	m.reportRelease(ctx, l, token, released)
 	if !released {
 		m.cfg.Logger.Info("role was no longer ours at release", "role", l.role, "token", token)
 	}
@@ -338,8 +345,10 @@ func (m *Manager) heartbeat(ctx context.Context) {
 		i++
 	}
 	if len(claims) == 0 {
+		m.heartbeatEnded(ctx, 0, time.Now(), nil) // nothing to renew: nothing failed
 		return
 	}
+	began := time.Now()
 	start := time.Since(m.base)
 	// It gives up when the next one is due, so that one starts on time.
 	// Its context is not ctx: Close stops the loop but lets the heartbeat
@@ -352,9 +361,11 @@ func (m *Manager) heartbeat(ctx context.Context) {
 		Claims:        claims,
 	})
 	cancel()
+	m.heartbeatEnded(ctx, len(claims), began, err)
 	if err != nil {
 		for _, l := range leases {
 			l.failed()
+			m.reportRole(ctx, l) // a trust that ran out meanwhile
 		}
 		if ctx.Err() == nil {
 			m.cfg.Logger.Warn("lease heartbeat failed; held roles expire locally unless a later one succeeds",
@@ -370,6 +381,7 @@ func (m *Manager) heartbeat(ctx context.Context) {
 		rec, found := byRole[l.role]
 		was := l.term.Load() != nil
 		l.apply(rec, found, start)
+		m.reportRole(ctx, l)
 		if now := rec.Held && found; now != was {
 			m.cfg.Logger.Info("role changed", "role", l.role, "held", now, "token", rec.Token, "holder", rec.Holder)
 		}

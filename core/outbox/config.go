@@ -117,6 +117,11 @@ type Config struct {
 	// Logger receives warnings (parked entries, no processors, failures).
 	// nil discards.
 	Logger *slog.Logger
+
+	// Hooks observe the driver (passes, runs, leadership, stuck notices,
+	// the backlog); nil observes nothing and costs nothing. otelbaton
+	// implements them with OpenTelemetry.
+	Hooks Hooks
 }
 
 // withDefaults returns a copy of c with its zero fields set to the

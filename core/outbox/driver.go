@@ -7,14 +7,16 @@ import (
 	"sync"
 	"time"
 
+	probes "github.com/baton-go/baton/core/health"
 	"github.com/baton-go/baton/core/lock"
 )
 
 // Driver walks the outbox and delivers it. Every instance runs one; the one
 // holding LeaderLockName works, the others stand by.
 type Driver struct {
-	cfg   Config
-	procs map[string]Processor
+	cfg    Config
+	procs  map[string]Processor
+	status probes.Tracker
 }
 
 // NewDriver validates cfg and returns a Driver that has not started.
@@ -34,6 +36,8 @@ func NewDriver(cfg Config) (*Driver, error) {
 // runs the retention loop unless disabled. It returns when ctx ends, after
 // its goroutines have stopped and its locks are released.
 func (d *Driver) Run(ctx context.Context) error {
+	d.started()
+	defer d.status.Stopped()
 	var wg sync.WaitGroup
 	if !d.cfg.RetentionDisabled {
 		wg.Go(func() { d.retentionLoop(ctx) })
@@ -48,11 +52,13 @@ func (d *Driver) leaderLoop(ctx context.Context) {
 		lk, err := d.cfg.Locks.Acquire(ctx, d.cfg.LeaderLockName, lock.AcquireOptions{Wait: d.cfg.LeaderWait})
 		switch {
 		case errors.Is(err, lock.ErrNotAcquired):
+			d.standby(nil)
 			continue // standby is the normal state
 		case err != nil:
 			if ctx.Err() != nil {
 				return
 			}
+			d.standby(err)
 			d.cfg.Logger.Warn("outbox: acquiring the leader lock failed", "lock", d.cfg.LeaderLockName, "err", err)
 			if !sleep(ctx, nil, d.cfg.ErrorDelay) {
 				return
@@ -72,6 +78,8 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 	// Every call under this term carries the term's fencing token.
 	ctx, cancel := context.WithCancel(WithFencingToken(parent, lk.Token()))
 	defer cancel()
+	d.leaderChanged(parent, lk, true)
+	defer d.leaderChanged(parent, lk, false)
 	go func() { // owned: ends with ctx, which lead cancels on return
 		select {
 		case <-lk.Lost():
@@ -85,9 +93,12 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 	k := d.newWake() // the leader alone listens, for as long as it leads
 	defer k.close()
 	for ctx.Err() == nil {
+		pctx := w.startPass(ctx)
 		if !w.loaded {
-			if err := w.load(ctx); err != nil {
+			if err := w.load(pctx); err != nil {
+				w.t.failure = "reading the outbox state: " + err.Error()
 				if ctx.Err() != nil {
+					w.endPass(pctx, 0, false)
 					return
 				}
 				if isRefused(err) {
@@ -103,15 +114,17 @@ func (d *Driver) lead(parent context.Context, lk lock.Lock) {
 				d.cfg.Logger.Warn("outbox: reading state failed", "err", err)
 				// Nothing can be stored, but the streak goes on in memory.
 				now := time.Now()
-				w.h.fail(now, Entry{}, "reading the outbox state: "+err.Error(), false)
+				w.h.fail(now, Entry{}, w.t.failure, false)
 				d.notifyStuck(ctx, &w.h, now, false)
+				w.endPass(pctx, d.cfg.ErrorDelay, false)
 				if !sleep(ctx, nil, d.cfg.ErrorDelay) {
 					return
 				}
 				continue
 			}
 		}
-		delay, deposed := w.pass(ctx)
+		delay, deposed := w.pass(pctx)
+		w.endPass(pctx, delay, deposed)
 		if deposed {
 			return
 		}
@@ -155,6 +168,10 @@ type walker struct {
 	// idle says the last pass caught up: it settled without a stop and
 	// read less than a full batch, so its pause may end at a signal.
 	idle bool
+	// t is the pass in progress, for the hooks and the health; sampled is
+	// when the backlog was last counted.
+	t       passTally
+	sampled time.Time
 }
 
 // newFeed is the term's feed: the log when Config.Log is set, otherwise
@@ -217,6 +234,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		cfg.Logger.Warn("outbox: scan failed", "err", err)
 		return w.settleFailure(ctx, now, stopInfo{reason: err.Error()}, false)
 	}
+	w.t.scanned = len(entries)
 
 	var (
 		parked    []Parked
@@ -238,9 +256,10 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 				parked = append(parked, Parked{Entry: e, Reason: reason})
 			}
 			settled += len(run)
+			w.parkRun(ctx, run, reason)
 			continue
 		}
-		outcomes, err := deliver(ctx, proc, run)
+		outcomes, err := w.deliver(ctx, proc, run)
 		if ctx.Err() != nil {
 			return 0, false
 		}
@@ -309,6 +328,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 			return 0, false
 		}
 		cfg.Logger.Warn("outbox: settling the pass failed; its entries will be delivered again", "err", err)
+		w.t.failure = "settling the pass failed: " + err.Error()
 		// Nothing of this pass counts as progress, but the notices it sent
 		// do: the next pass must not send them again.
 		failed := w.h
@@ -324,6 +344,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		return cfg.ErrorDelay, false
 	}
 	w.h = next
+	w.t.settled, w.t.retry = true, stop != nil
 
 	switch {
 	case stop != nil && stop.retryAfter > 0:
@@ -343,6 +364,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 // atOnce raises the stuck notice without waiting for StuckAfter.
 func (w *walker) settleFailure(ctx context.Context, now time.Time, s stopInfo, atOnce bool) (time.Duration, bool) {
 	d := w.d
+	w.t.failure = s.reason
 	next := w.h
 	next.fail(now, s.entry, s.reason, false)
 	d.notifyStuck(ctx, &next, now, atOnce)

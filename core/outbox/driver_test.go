@@ -141,6 +141,14 @@ func (r *rig) config(procs ...outbox.Processor) outbox.Config {
 // run starts a driver and returns a func that stops it and waits.
 func (r *rig) run(cfg outbox.Config) (stop func()) {
 	r.t.Helper()
+	_, stop = r.startDriver(cfg)
+	return stop
+}
+
+// startDriver starts a driver and returns it, with a func that stops it
+// and waits.
+func (r *rig) startDriver(cfg outbox.Config) (_ *outbox.Driver, stop func()) {
+	r.t.Helper()
 	d, err := outbox.NewDriver(cfg)
 	if err != nil {
 		r.t.Fatal(err)
@@ -159,7 +167,7 @@ func (r *rig) run(cfg outbox.Config) (stop func()) {
 		})
 	}
 	r.t.Cleanup(stop)
-	return stop
+	return d, stop
 }
 
 // commit writes one transaction with an entry per lane given, returning

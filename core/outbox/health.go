@@ -119,6 +119,7 @@ func (d *Driver) notifyStuck(ctx context.Context, h *health, now time.Time, atOn
 		return
 	}
 	n := Notice{Kind: NoticeStuck, Lane: h.at.Lane, EntryID: h.at.ID, Since: h.since, LastError: h.reason, At: now}
+	d.stuck(ctx, n)
 	if err := cfg.Notify(ctx, n); err != nil {
 		cfg.Logger.Warn("outbox: the stuck notice could not be sent", "err", err)
 		return

@@ -118,6 +118,11 @@ type Config[K comparable, R any] struct {
 
 	// Logger receives failures, lost rows and store errors. nil discards.
 	Logger *slog.Logger
+
+	// Hooks observe the claims, finalizes and renewals; nil observes
+	// nothing and costs nothing. otelbaton implements them with
+	// OpenTelemetry.
+	Hooks Hooks
 }
 
 // withDefaults returns a copy of c with its zero fields set to the

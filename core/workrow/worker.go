@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/baton-go/baton/core/health"
 )
 
 // Worker claims batches of rows from a Store, runs the Handler for each row
@@ -33,7 +35,8 @@ import (
 // guarded by the batch's lock id, so a row lost meanwhile is logged and
 // never overwritten.
 type Worker[K comparable, R any] struct {
-	cfg Config[K, R]
+	cfg    Config[K, R]
+	status health.Tracker
 }
 
 // NewWorker validates cfg and returns a Worker. Nothing runs until Run or
@@ -55,6 +58,8 @@ func NewWorker[K comparable, R any](cfg Config[K, R]) (*Worker[K, R], error) {
 // goroutines at once: each call is one claim loop with its own Concurrency
 // handlers, and the caller owns its goroutine.
 func (w *Worker[K, R]) Run(ctx context.Context) error {
+	w.status.Started(time.Now().Add(w.pace()))
+	defer w.status.Stopped()
 	r := w.start(ctx)
 	defer r.stop()
 	k := w.newWake()
@@ -138,6 +143,7 @@ func (w *Worker[K, R]) claim(ctx context.Context) (*batch[K, R], error) {
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.StoreTimeout)
 	rows, err := w.cfg.Store.Claim(cctx, spec)
 	cancel()
+	w.claimed(ctx, len(rows), start, err)
 	if err != nil {
 		return nil, fmt.Errorf("baton/workrow: claim: %w", err)
 	}
@@ -154,6 +160,7 @@ func (w *Worker[K, R]) claim(ctx context.Context) (*batch[K, R], error) {
 		finals:     make([]Final[K], len(rows)),
 		validUntil: start.Add(w.cfg.Lease),
 		decided:    make(chan struct{}, 1),
+		kinds:      w.kinds(len(rows)),
 		left:       len(rows),
 		worked:     make(chan struct{}),
 		ended:      make(chan struct{}),
@@ -334,7 +341,8 @@ type batch[K comparable, R any] struct {
 	state      []rowState
 	cancel     []context.CancelCauseFunc // of running handlers
 	finals     []Final[K]
-	pending    []int // rows decided, not yet finalized
+	kinds      []Kind // the finals' outcomes, for the hooks; nil without hooks
+	pending    []int  // rows decided, not yet finalized
 	decided    chan struct{}
 	errs       []error
 	validUntil time.Time // local trust in the lease, monotonic
@@ -543,6 +551,9 @@ func (b *batch[K, R]) decide(i int, out Outcome, interrupted bool) {
 	}
 	b.state[i] = rowDecided
 	b.finals[i] = f
+	if b.kinds != nil {
+		b.kinds[i] = kind
+	}
 	b.pending = append(b.pending, i)
 	select {
 	case b.decided <- struct{}{}:
@@ -588,10 +599,12 @@ func (b *batch[K, R]) flush(ctx context.Context) error {
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.w.cfg.StoreTimeout)
 	defer cancel()
+	began := time.Now()
 	owned, err := b.w.cfg.Store.FinalizeMany(sctx, b.lock, finals)
 	if err == nil && len(owned) != len(finals) {
 		err = fmt.Errorf("the store answered %d results for %d rows", len(owned), len(finals))
 	}
+	b.finalized(ctx, idx, owned, began, err)
 	if err != nil {
 		b.log.Error("baton: finalizing work rows failed; they become claimable when their lease ends", "rows", len(finals), "err", err)
 		return fmt.Errorf("baton/workrow: finalize %d rows: %w", len(finals), err)
@@ -621,7 +634,10 @@ func (b *batch[K, R]) releaseUnstarted(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.w.cfg.StoreTimeout)
 	defer cancel()
-	if _, err := b.w.cfg.Store.ReleaseMany(sctx, b.lock, ids); err != nil {
+	began := time.Now()
+	owned, err := b.w.cfg.Store.ReleaseMany(sctx, b.lock, ids)
+	b.finalized(ctx, nil, owned, began, err)
+	if err != nil {
 		b.log.Warn("baton: releasing unworked rows failed; they become claimable when their lease ends", "rows", len(ids), "err", err)
 		return fmt.Errorf("baton/workrow: release %d rows: %w", len(ids), err)
 	}
@@ -673,6 +689,7 @@ func (b *batch[K, R]) renew(ctx context.Context) {
 	if err == nil && len(owned) != len(ids) {
 		err = fmt.Errorf("the store answered %d results for %d rows", len(owned), len(ids))
 	}
+	b.renewed(ctx, owned, start, err)
 	if err != nil {
 		if ctx.Err() == nil {
 			b.log.Warn("baton: renewing work rows failed; the batch stops when its lease runs out", "rows", len(ids), "err", err)

@@ -9,7 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/core/workrow"
 	lockmem "github.com/baton-go/baton/locks/memory"
 )
 
@@ -79,11 +81,36 @@ const bareCursorKey = "bench_bare_cursor"
 // processor per lane, from the start of the table until n entries were
 // delivered or d passed.
 func (o *Outbox) DriverWalk(batch, n int, d time.Duration) System {
+	return o.ObservedDriverWalk("baton driver", nil, batch, n, d)
+}
+
+// Observed is how a system is observed: the hooks of each component, and
+// the wrapper of its lock provider. The zero value observes nothing.
+type Observed struct {
+	Outbox  outbox.Hooks
+	WorkRow workrow.Hooks
+	Locks   func(lock.Provider) lock.Provider
+}
+
+// ObservedDriverWalk is DriverWalk under another name, observed by obs
+// (nil: not observed).
+func (o *Outbox) ObservedDriverWalk(name string, obs *Observed, batch, n int, d time.Duration) System {
+	if obs == nil {
+		obs = &Observed{}
+	}
 	return System{
-		Name:    "baton driver",
+		Name:    name,
 		Prepare: o.ResetCursor,
 		Run: func(ctx context.Context) (Sample, error) {
-			return runDriver(ctx, outbox.Config{Store: o.Store, BatchSize: batch}, n, d, false, nil)
+			mem, err := lockmem.NewProvider(lockmem.Options{})
+			if err != nil {
+				return Sample{}, err
+			}
+			var locks lock.Provider = mem
+			if obs.Locks != nil {
+				locks = obs.Locks(mem)
+			}
+			return runDriver(ctx, outbox.Config{Store: o.Store, BatchSize: batch, Locks: locks, Hooks: obs.Outbox}, n, d, false, nil)
 		},
 	}
 }
@@ -94,9 +121,12 @@ func (o *Outbox) DriverWalk(batch, n int, d time.Duration) System {
 // the first delivery (Counter.AwaitSteady) instead of from the start;
 // delivered, if set, sees every run first.
 func runDriver(ctx context.Context, cfg outbox.Config, n int, d time.Duration, steady bool, delivered func([]outbox.Entry)) (Sample, error) {
-	locks, err := lockmem.NewProvider(lockmem.Options{})
-	if err != nil {
-		return Sample{}, err
+	if cfg.Locks == nil {
+		locks, err := lockmem.NewProvider(lockmem.Options{})
+		if err != nil {
+			return Sample{}, err
+		}
+		cfg.Locks = locks
 	}
 	c := NewCounter(int64(n))
 	for _, lane := range Lanes {
@@ -112,7 +142,7 @@ func runDriver(ctx context.Context, cfg outbox.Config, n int, d time.Duration, s
 			return out, nil
 		}})
 	}
-	cfg.Locks, cfg.RetentionDisabled = locks, true
+	cfg.RetentionDisabled = true
 	cfg.Notify = func(context.Context, outbox.Notice) error { return nil }
 	drv, err := outbox.NewDriver(cfg)
 	if err != nil {

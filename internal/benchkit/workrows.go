@@ -96,8 +96,17 @@ func (w *WorkRows) Fill(ctx context.Context, n int) error {
 // first finalize. The rate is the steady one (Counter.AwaitSteady), as for
 // the peer.
 func (w *WorkRows) BurnDown(concurrency, batch, n int, d time.Duration) System {
+	return w.ObservedBurnDown(fmt.Sprintf("baton, batch %d", batch), nil, concurrency, batch, n, d)
+}
+
+// ObservedBurnDown is BurnDown under another name, its worker observed by
+// obs.WorkRow (nil obs: not observed).
+func (w *WorkRows) ObservedBurnDown(name string, obs *Observed, concurrency, batch, n int, d time.Duration) System {
+	if obs == nil {
+		obs = &Observed{}
+	}
 	return System{
-		Name:    fmt.Sprintf("baton, batch %d", batch),
+		Name:    name,
 		Prepare: func(ctx context.Context) error { return w.Fill(ctx, n) },
 		Run: func(ctx context.Context) (Sample, error) {
 			c := NewCounter(int64(n))
@@ -118,6 +127,7 @@ func (w *WorkRows) BurnDown(concurrency, batch, n int, d time.Duration) System {
 				Concurrency: concurrency,
 				IdleDelay:   time.Millisecond,
 				ErrorDelay:  10 * time.Millisecond,
+				Hooks:       obs.WorkRow,
 			})
 			if err != nil {
 				return Sample{}, err

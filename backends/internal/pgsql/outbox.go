@@ -128,6 +128,8 @@ type OutboxStatements struct {
 	// cursor, whatever the horizon; Gate takes its idle gate when there
 	// is none.
 	Newest, Gate string
+	CountPending string
+	CountDead    string
 }
 
 // Statements returns the store's statements.
@@ -157,6 +159,8 @@ FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 		RebaseMove:     outboxRebaseSQL(t, true),
 		Newest:         outboxNewestSQL(t),
 		Gate:           outboxGateSQL(t),
+		CountPending:   outboxCountPendingSQL(t),
+		CountDead:      outboxCountDeadSQL(d),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ const (
 	envInstanceID       = "PROFILES_INSTANCE_ID"
 	envMaintenanceEvery = "PROFILES_MAINTENANCE_EVERY"
 	envPartitions       = "PROFILES_PARTITIONS"
+	envTraces           = "PROFILES_TRACES"
 )
 
 const (
@@ -84,6 +86,9 @@ func ParseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (C
 		"this instance's name in the lease table; empty is the host name plus a random suffix [$"+envInstanceID+"]")
 	fs.DurationVar(&cfg.MaintenanceEvery, "maintenance-every", every,
 		"pause between maintenance cycles [$"+envMaintenanceEvery+"]")
+	var traces bool
+	fs.BoolVar(&traces, "traces", getenv(envTraces) == "1",
+		"print the spans of the outbox's passes and deliveries to standard error, as JSON [$"+envTraces+"=1]")
 	fs.IntVar(&cfg.Partitions, "partitions", partitions,
 		"size of the partition set \""+PartitionSet+"\" the instances share; 0 for none [$"+envPartitions+"]")
 	if err := fs.Parse(args); err != nil {
@@ -95,6 +100,9 @@ func ParseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (C
 	}
 	if cfg.DatabaseURL == "" {
 		cfg.DatabaseURL = or(envDatabaseURL, defaultDatabaseURL)
+	}
+	if traces {
+		cfg.Traces = os.Stderr
 	}
 	cfg.EngineToken = getenv(envEngineToken)
 	cfg.AdminToken = getenv(envAdminToken)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -57,6 +58,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Ready, if set, is called once the instance serves requests.
 	Ready func(InstanceInfo)
+	// Traces, if set, receives the spans of baton's outbox passes and
+	// deliveries, as JSON; nil records none.
+	Traces io.Writer
 
 	// Leases is the store of the role lease and the partitions; nil is the
 	// PostgreSQL lease table in the service's database. Any lease.Store
@@ -150,6 +154,11 @@ func Run(ctx context.Context, cfg Config) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("instance", instanceID)
+	tel, err := newTelemetry(instanceID, cfg.Traces)
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown(context.WithoutCancel(ctx))
 
 	// The application's pool: profiles, the outbox, the lease table.
 	poolCfg, err := parseDatabaseURL(cfg.DatabaseURL)
@@ -182,6 +191,8 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+
+	locks = tel.obs.Locks(locks) // measured, and reported in baton.role.held
 
 	// The graph engine, and the client that carries our credentials to it.
 	engineURL := cfg.EngineURL
@@ -223,6 +234,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Notify:     logNotices(log),
 		IdleDelay:  cfg.OutboxIdleDelay,
 		Logger:     log,
+		Hooks:      tel.obs.Outbox(),
 	})
 	if err != nil {
 		return err
@@ -259,6 +271,7 @@ func Run(ctx context.Context, cfg Config) error {
 		RenewInterval:    cfg.RenewInterval,
 		HeldSafetyMargin: cfg.HeldSafetyMargin,
 		Logger:           log,
+		Hooks:            tel.obs.Leases(),
 	})
 	if err != nil {
 		return err
@@ -278,7 +291,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	health, err := probes(driver, mgr)
+	if err != nil {
+		return err
+	}
 	svc := &service{
+		probes:     health,
+		metrics:    tel.metrics,
 		pool:       pool,
 		outbox:     outboxStore,
 		role:       role,

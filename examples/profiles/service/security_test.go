@@ -73,6 +73,7 @@ func TestProfiles_OperatorRoutesNeedTheAdminToken(t *testing.T) {
 		{http.MethodGet, "/maintenance"},
 		{http.MethodPost, "/maintenance/run"},
 		{http.MethodGet, "/admin/outbox/lanes"},
+		{http.MethodGet, "/metrics"},
 	} {
 		for _, inst := range []*instance{c.a, c.b} {
 			for _, token := range []string{"", aliceToken} {

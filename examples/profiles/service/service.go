@@ -42,6 +42,8 @@ type service struct {
 	users      userTokens
 	fake       *graphtest.Engine // nil with a real engine
 	log        *slog.Logger
+	probes     http.Handler // readiness and liveness, for the orchestrator
+	metrics    http.Handler // Prometheus, for the operators
 
 	cycles atomic.Int64 // maintenance cycles this instance ran
 }
@@ -103,6 +105,10 @@ func (s *service) routes() http.Handler {
 	if s.fake != nil {
 		mux.Handle("GET /engine/deliveries", admin(s.engineDeliveries))
 	}
+	// The probes want no token (the orchestrator has none) and show no
+	// errors; the metrics are the operators'.
+	mux.Handle("/healthz/", http.StripPrefix("/healthz", s.probes))
+	mux.Handle("GET /metrics", admin(s.metrics.ServeHTTP))
 	return mux
 }
 

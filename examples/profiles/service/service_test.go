@@ -148,6 +148,19 @@ func (i *instance) stop(t *testing.T) {
 // (when not nil). It returns the status.
 func (c *cluster) do(t *testing.T, inst *instance, method, path, token string, body, out any) int {
 	t.Helper()
+	code, raw := c.send(t, inst, method, path, token, body)
+	if out != nil && code/100 == 2 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s on %s: %d answer %q is not the expected JSON: %v", method, path, inst.name, code, raw, err)
+		}
+	}
+	return code
+}
+
+// send sends a request to the instance and returns the status and the
+// answer.
+func (c *cluster) send(t *testing.T, inst *instance, method, path, token string, body any) (int, []byte) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -172,12 +185,7 @@ func (c *cluster) do(t *testing.T, inst *instance, method, path, token string, b
 	if err != nil {
 		t.Fatalf("%s %s on %s: reading the answer: %v", method, path, inst.name, err)
 	}
-	if out != nil && resp.StatusCode/100 == 2 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s on %s: %d answer %q is not the expected JSON: %v", method, path, inst.name, resp.StatusCode, raw, err)
-		}
-	}
-	return resp.StatusCode
+	return resp.StatusCode, raw
 }
 
 func (c *cluster) status(t *testing.T, inst *instance) statusReport {
