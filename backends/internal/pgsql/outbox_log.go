@@ -589,11 +589,29 @@ func (s *OutboxLogStore) blockers(ctx context.Context, self int32) string {
 	return "the oldest transactions holding an xid, which it waits for: " + strings.Join(out, "; ") + " (end them, or COMMIT/ROLLBACK PREPARED, and start again)"
 }
 
+// cancelBackend ends the backend creating the slot and waits until it has
+// gone: pg_terminate_backend only signals it, and the half-made slot is
+// dropped as the backend exits, so returning earlier would let the caller
+// (or an operator's next look) still see it.
 func (s *OutboxLogStore) cancelBackend(ctx context.Context, pid int32) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var ok bool
-	_ = s.db.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok)
+	if err := s.db.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
+		return
+	}
+	for ctx.Err() == nil {
+		var alive bool
+		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1) OR EXISTS (SELECT 1 FROM pg_replication_slots WHERE active_pid = $1)`, pid).Scan(&alive); err != nil || !alive {
+			return
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // SlotStatus is a replication slot as `baton outbox slot status` shows it.
