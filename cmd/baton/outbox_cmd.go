@@ -195,6 +195,7 @@ func runOutboxStatus(ctx context.Context, out io.Writer, f *dbFlags) error {
 	t.row(outbox.KeyLastScanAt, formatTimePtr(h.LastScanAt))
 	t.row(outbox.KeyFailedAttempts, failed)
 	t.row(outbox.KeyLastError, cli.Cut(formatStringPtr(h.LastError), 160))
+	t.row(outbox.KeyLastErrorAt, formatTimePtr(h.LastErrorAt))
 	t.row(outbox.KeyFirstStuckAt, formatTimePtr(h.FirstStuckAt))
 	t.row(outbox.KeyLastStuckNotificationAt, formatTimePtr(h.LastStuckNotificationAt))
 	t.row(outbox.KeyLastDeadLetterAt, formatTimePtr(h.LastDeadLetterAt))
@@ -210,6 +211,14 @@ func runOutboxStatus(ctx context.Context, out io.Writer, f *dbFlags) error {
 			formatTime(*h.FirstStuckAt), failed)
 	default:
 		fmt.Fprintln(out, "not failing: the last pass delivered or found nothing to do")
+		if h.LastError != nil {
+			// A last_error outlives its streak; say it is history.
+			when := "before this baton recorded times"
+			if h.LastErrorAt != nil {
+				when = "at " + formatTime(*h.LastErrorAt)
+			}
+			fmt.Fprintf(out, "last_error is from an earlier failing streak, %s\n", when)
+		}
 	}
 	fmt.Fprintf(out, "dead letters waiting for an operator: %d", rep.DeadLettersWaiting)
 	if rep.DeadLettersWaiting > 0 {

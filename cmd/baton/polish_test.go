@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lease"
+	"github.com/baton-go/baton/core/outbox"
 )
 
 func TestVersion(t *testing.T) {
@@ -66,5 +68,45 @@ func TestLeases_NaturalOrderOfPartitions(t *testing.T) {
 	want := []string{"coordinator", "devices:partition-1", "devices:partition-2", "devices:partition-10"}
 	if strings.Join(roles, " ") != strings.Join(want, " ") {
 		t.Fatalf("leases listed %v, want %v", roles, want)
+	}
+}
+
+func TestOutboxStatus_DatesAnOldLastError(t *testing.T) {
+	env := migrated(t)
+	store, err := pgxstore.NewOutboxStore(env.Pool, pgxstore.OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	str := func(s string) *string { return &s }
+	errorAt := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+	if err := store.Settle(testContext(t), outbox.Settlement{State: map[string]*string{
+		outbox.KeyLastScanAt:   str(time.Now().UTC().Format(time.RFC3339Nano)),
+		outbox.KeyLastError:    str("lane graph.metadata: 503 Service Unavailable"),
+		outbox.KeyLastErrorAt:  str(errorAt.Format(time.RFC3339Nano)),
+		outbox.KeyFirstStuckAt: nil,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "outbox", "status", "--postgres", env.URL).wantCode(t, exitOK)
+	for _, want := range []string{
+		"not failing", "last_error is from an earlier failing streak, at " + formatTime(errorAt),
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("outbox status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	var line string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, outbox.KeyLastErrorAt) {
+			line = l
+		}
+	}
+	if !strings.Contains(line, formatTime(errorAt)) {
+		t.Errorf("the last_error_at row is %q, want the time %s", line, formatTime(errorAt))
+	}
+	var st statusReport
+	r = runCLI(t, "outbox", "status", "--postgres", env.URL, "--json").wantCode(t, exitOK)
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Health.LastErrorAt == nil || !st.Health.LastErrorAt.Equal(errorAt) {
+		t.Errorf("status --json: %v %+v", err, st.Health)
 	}
 }

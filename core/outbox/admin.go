@@ -23,6 +23,7 @@ type Health struct {
 	LastScanAt                   *time.Time `json:"last_scan_at"`
 	FailedAttempts               *int       `json:"failed_attempts"`
 	LastError                    *string    `json:"last_error"`
+	LastErrorAt                  *time.Time `json:"last_error_at"`
 	LastDeadLetterAt             *time.Time `json:"last_dead_letter_at"`
 	LastDeadLetterNotificationAt *time.Time `json:"last_dead_letter_notification_at"`
 	FirstStuckAt                 *time.Time `json:"first_stuck_at"`
@@ -52,6 +53,7 @@ func ReadHealth(ctx context.Context, s Store) (Health, error) {
 		LastScannedID:                str(KeyLastScannedID),
 		LastScanAt:                   tm(KeyLastScanAt),
 		LastError:                    str(KeyLastError),
+		LastErrorAt:                  tm(KeyLastErrorAt),
 		LastDeadLetterAt:             tm(KeyLastDeadLetterAt),
 		LastDeadLetterNotificationAt: tm(KeyLastDeadLetterNotificationAt),
 		FirstStuckAt:                 tm(KeyFirstStuckAt),

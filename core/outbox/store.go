@@ -48,6 +48,7 @@ const (
 	KeyLastScanAt                   = "last_scan_at"
 	KeyFailedAttempts               = "failed_attempts" // decimal, passes in the current failing streak
 	KeyLastError                    = "last_error"
+	KeyLastErrorAt                  = "last_error_at" // when the failing pass that wrote last_error settled
 	KeyLastDeadLetterAt             = "last_dead_letter_at"
 	KeyLastDeadLetterNotificationAt = "last_dead_letter_notification_at"
 	KeyFirstStuckAt                 = "first_stuck_at"
@@ -56,7 +57,7 @@ const (
 
 // StateKeys lists every state key, in display order.
 var StateKeys = []string{
-	KeyLastScannedXID, KeyLastScannedID, KeyLastScanAt, KeyFailedAttempts, KeyLastError,
+	KeyLastScannedXID, KeyLastScannedID, KeyLastScanAt, KeyFailedAttempts, KeyLastError, KeyLastErrorAt,
 	KeyLastDeadLetterAt, KeyLastDeadLetterNotificationAt, KeyFirstStuckAt, KeyLastStuckNotificationAt,
 }
 
