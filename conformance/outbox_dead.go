@@ -181,3 +181,116 @@ func (s *outboxSuite) requeueBadIDs(t *testing.T, x *outboxT) {
 	}
 	x.await(outbox.Cursor{}, newID)
 }
+
+// bulkChecks come last: O43 was numbered after the wake-ups' rules.
+func (s *outboxSuite) bulkChecks() []check {
+	return area(s.start,
+		subtest[*outboxT]{"BulkRequeueKeepsTheOrderAndRefusesRequeued", s.requeueBatch},
+	)
+}
+
+// requeueBatch: a bulk requeue takes the dead letters the filter matches
+// in (xid, id) order, refuses and counts those requeued before, and its
+// new entries walk in the order of their dead letters (O43).
+func (s *outboxSuite) requeueBatch(t *testing.T, x *outboxT) {
+	h, ctx := x.h, x.ctx
+	created := []outbox.Entry{
+		outboxEntry(outboxLaneA, 1), outboxEntry(outboxLaneA, 2), outboxEntry(outboxLaneB, 3),
+		outboxEntry(outboxLaneA, 4), outboxEntry(outboxLaneA, 5),
+	}
+	// Committed newest id first, so the walk's (xid, id) order is not the
+	// ids' order: a store that took them by id would replay them reversed.
+	committed := slices.Clone(created)
+	slices.Reverse(committed)
+	es := x.visible(committed...)
+	x.settle(outbox.Settlement{From: outbox.Cursor{}, To: es[len(es)-1].Cursor(), Park: parkAll("parked", es...)})
+	var laneA []outbox.Entry
+	for _, e := range es {
+		if e.Lane == outboxLaneA {
+			laneA = append(laneA, e)
+		}
+	}
+	single := outbox.NewID()
+	if err := h.Store.Requeue(ctx, laneA[1].ID, single); err != nil {
+		t.Fatalf("Requeue: %v", err)
+	}
+	start := x.cursor()
+	batch := func(b outbox.RequeueBatch) outbox.RequeueBatchResult {
+		t.Helper()
+		r, err := h.Store.RequeueBatch(ctx, b)
+		if err != nil {
+			t.Fatalf("RequeueBatch(%+v): %v", b, err)
+		}
+		return r
+	}
+	took := func(what string, r outbox.RequeueBatchResult, requeued []outbox.Entry, before int, last outbox.Entry, dry bool) {
+		t.Helper()
+		var ids []outbox.ID
+		for _, q := range r.Requeued {
+			ids = append(ids, q.ID)
+			if dry != q.RequeuedAs.IsNil() {
+				t.Errorf("%s: dead letter %s has RequeuedAs %s (dry run %v)", what, q.ID, q.RequeuedAs, dry)
+			}
+		}
+		if !slices.Equal(ids, entryIDs(requeued)) {
+			t.Fatalf("%s: requeued %v, want %v, in (xid, id) order", what, ids, entryIDs(requeued))
+		}
+		if r.AlreadyRequeued != before || r.Taken != len(requeued)+before || r.Last != last.Cursor() {
+			t.Fatalf("%s: AlreadyRequeued %d, Taken %d, Last %v; want %d, %d, %v", what, r.AlreadyRequeued, r.Taken, cursorText(r.Last), before, len(requeued)+before, cursorText(last.Cursor()))
+		}
+	}
+
+	laneFilter := outbox.RequeueFilter{Lane: outboxLaneA}
+	dry := batch(outbox.RequeueBatch{Filter: laneFilter, Limit: 10, DryRun: true})
+	took("a dry run of lane a", dry, []outbox.Entry{laneA[0], laneA[2], laneA[3]}, 1, laneA[3], true)
+	if got := x.beyond(withoutBarriers(x.barrier())); !slices.Equal(entryIDs(got), []outbox.ID{single}) {
+		t.Fatalf("after a dry run the outbox holds %v beyond the cursor, want only the single requeue's %s", entryIDs(got), single)
+	}
+	if d := x.getDead(laneA[0].ID); !d.RequeuedAs.IsNil() {
+		t.Fatalf("a dry run recorded RequeuedAs %s", d.RequeuedAs)
+	}
+	d0 := x.getDead(es[0].ID)
+	if r := batch(outbox.RequeueBatch{Filter: outbox.RequeueFilter{ParkedBefore: d0.ParkedAt}, Limit: 10, DryRun: true}); r.Taken != 0 {
+		t.Fatalf("parked before %v (when all were parked) took %d", d0.ParkedAt, r.Taken)
+	}
+	if r := batch(outbox.RequeueBatch{Filter: outbox.RequeueFilter{ParkedSince: d0.ParkedAt, ParkedBefore: d0.ParkedAt.Add(time.Hour)}, Limit: 10, DryRun: true}); r.Taken != len(es) {
+		t.Fatalf("parked since %v (when all were parked) took %d, want %d", d0.ParkedAt, r.Taken, len(es))
+	}
+
+	first := batch(outbox.RequeueBatch{Filter: laneFilter, Limit: 2})
+	took("the first batch of lane a", first, []outbox.Entry{laneA[0]}, 1, laneA[1], false)
+	second := batch(outbox.RequeueBatch{Filter: laneFilter, After: first.Last, Limit: 2})
+	took("the second batch of lane a", second, []outbox.Entry{laneA[2], laneA[3]}, 0, laneA[3], false)
+	if r := batch(outbox.RequeueBatch{Filter: laneFilter, After: second.Last, Limit: 2}); r.Taken != 0 || !r.Last.IsZero() {
+		t.Fatalf("a batch after the last one took %d (Last %v)", r.Taken, cursorText(r.Last))
+	}
+	waiting := batch(outbox.RequeueBatch{Filter: outbox.RequeueFilter{WaitingOnly: true}, Limit: 10})
+	var laneB outbox.Entry
+	for _, e := range es {
+		if e.Lane == outboxLaneB {
+			laneB = e
+		}
+	}
+	took("waiting only, any lane", waiting, []outbox.Entry{laneB}, 0, laneB, false)
+
+	// The replay walks in the dead letters' order, each batch after the
+	// one before, with the dead letters' lanes and payloads.
+	var want []outbox.Entry
+	e1 := laneA[1]
+	e1.ID = single
+	want = append(want, e1)
+	replay := func(orig outbox.Entry, as outbox.ID) {
+		e := orig
+		e.ID = as
+		want = append(want, e)
+		if d := x.getDead(orig.ID); d.RequeuedAs != as || d.RequeuedAt.IsZero() {
+			t.Errorf("dead letter %s records RequeuedAs %s at %v, want %s", orig.ID, d.RequeuedAs, d.RequeuedAt, as)
+		}
+	}
+	replay(laneA[0], first.Requeued[0].RequeuedAs)
+	replay(laneA[2], second.Requeued[0].RequeuedAs)
+	replay(laneA[3], second.Requeued[1].RequeuedAs)
+	replay(laneB, waiting.Requeued[0].RequeuedAs)
+	got := withoutBarriers(x.await(start, entryIDs(want)...))
+	x.checkEntries("the replayed entries", got, want...)
+}

@@ -40,6 +40,11 @@ func (s *outboxSuite) invalidArguments(t *testing.T, x *outboxT) {
 	if n, err := h.Store.DeleteRequeued(ctx, -time.Second, 10); err == nil {
 		t.Errorf("DeleteRequeued with a negative window returned %d and no error", n)
 	}
+	for _, limit := range []int{0, -1, outbox.MaxRequeueBatch + 1} {
+		if r, err := h.Store.RequeueBatch(ctx, outbox.RequeueBatch{Limit: limit, DryRun: true}); err == nil {
+			t.Errorf("RequeueBatch with limit %d took %d and no error", limit, r.Taken)
+		}
+	}
 	for _, limit := range []int{-1, outbox.MaxListLimit + 1} {
 		if ds, err := h.Store.ListDead(ctx, outbox.ListOptions{Limit: limit}); err == nil {
 			t.Errorf("ListDead with limit %d returned %d and no error", limit, len(ds))
@@ -106,6 +111,7 @@ func outboxCalls(st outbox.Store, p OutboxProducer, e outbox.Entry) []call {
 		{"ListDead", func(ctx context.Context) error { return ignore(st.ListDead(ctx, outbox.ListOptions{})) }},
 		{"GetDead", func(ctx context.Context) error { return ignore(st.GetDead(ctx, e.ID)) }},
 		{"Requeue", func(ctx context.Context) error { return st.Requeue(ctx, e.ID, outbox.NewID()) }},
+		{"RequeueBatch", func(ctx context.Context) error { return ignore(st.RequeueBatch(ctx, outbox.RequeueBatch{Limit: 10})) }},
 		{"DeleteDelivered", func(ctx context.Context) error {
 			return ignore(st.DeleteDelivered(ctx, e.Cursor(), time.Hour, 10))
 		}},

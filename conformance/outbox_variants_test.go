@@ -302,6 +302,40 @@ func (b requeueRefusalHidden) Requeue(ctx context.Context, id, newID outbox.ID) 
 	return err
 }
 
+// bulkByID requeues a batch's dead letters one by one in id order, each in
+// a transaction of its own: the replay loses the walk's (xid, id) order.
+type bulkByID struct{ *memory.OutboxStore }
+
+func (b bulkByID) RequeueBatch(ctx context.Context, rb outbox.RequeueBatch) (outbox.RequeueBatchResult, error) {
+	dry := rb
+	dry.DryRun = true
+	res, err := b.OutboxStore.RequeueBatch(ctx, dry)
+	if err != nil || rb.DryRun {
+		return res, err
+	}
+	slices.SortFunc(res.Requeued, func(x, y outbox.Requeued) int { return x.ID.Compare(y.ID) })
+	for i := range res.Requeued {
+		res.Requeued[i].RequeuedAs = outbox.NewID()
+		if err := b.Requeue(ctx, res.Requeued[i].ID, res.Requeued[i].RequeuedAs); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// bulkAllOrNothing fails the whole batch when it takes a dead letter that
+// was requeued before.
+type bulkAllOrNothing struct{ *memory.OutboxStore }
+
+func (b bulkAllOrNothing) RequeueBatch(ctx context.Context, rb outbox.RequeueBatch) (outbox.RequeueBatchResult, error) {
+	dry := rb
+	dry.DryRun = true
+	if res, err := b.OutboxStore.RequeueBatch(ctx, dry); err != nil || res.AlreadyRequeued > 0 {
+		return outbox.RequeueBatchResult{}, errors.Join(err, outbox.ErrAlreadyRequeued)
+	}
+	return b.OutboxStore.RequeueBatch(ctx, rb)
+}
+
 // noWindow deletes whatever is due, however recent.
 type noWindow struct{ *memory.OutboxStore }
 

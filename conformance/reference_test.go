@@ -56,6 +56,9 @@ func (n noTables) ListDead(context.Context, outbox.ListOptions) ([]outbox.DeadLe
 	return nil, n.fail("list dead")
 }
 func (n noTables) Requeue(context.Context, outbox.ID, outbox.ID) error { return n.fail("requeue") }
+func (n noTables) RequeueBatch(context.Context, outbox.RequeueBatch) (outbox.RequeueBatchResult, error) {
+	return outbox.RequeueBatchResult{}, n.fail("requeue batch")
+}
 func (n noTables) DeleteDelivered(context.Context, outbox.Cursor, time.Duration, int) (int, error) {
 	return 0, n.fail("delete delivered")
 }

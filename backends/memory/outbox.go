@@ -453,6 +453,59 @@ func (s *OutboxStore) Requeue(ctx context.Context, id, newID outbox.ID) error {
 	return nil
 }
 
+// RequeueBatch implements outbox.Store. The batch's new entries share the
+// next xid, as if one transaction of their own committed them, and take
+// fresh ids in the order of their dead letters, so they walk in it.
+func (s *OutboxStore) RequeueBatch(ctx context.Context, b outbox.RequeueBatch) (outbox.RequeueBatchResult, error) {
+	var res outbox.RequeueBatchResult
+	if err := outbox.CheckRequeueBatch(b); err != nil {
+		return res, fmt.Errorf("baton/memory requeue batch: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var taken []*outbox.DeadLetter
+	for _, d := range s.dead {
+		if b.Filter.Matches(*d) && (outbox.Cursor{XID: d.XID, ID: d.ID}).Compare(b.After) > 0 {
+			taken = append(taken, d)
+		}
+	}
+	slices.SortFunc(taken, func(x, y *outbox.DeadLetter) int {
+		return outbox.Cursor{XID: x.XID, ID: x.ID}.Compare(outbox.Cursor{XID: y.XID, ID: y.ID})
+	})
+	taken = taken[:min(b.Limit, len(taken))]
+	if len(taken) == 0 {
+		return res, nil
+	}
+	res.Taken = len(taken)
+	last := taken[len(taken)-1]
+	res.Last = outbox.Cursor{XID: last.XID, ID: last.ID}
+	xid := s.nextXID
+	var entries []outbox.Entry
+	now := s.clock()
+	for _, d := range taken {
+		if !d.RequeuedAs.IsNil() {
+			res.AlreadyRequeued++
+			continue
+		}
+		r := outbox.Requeued{ID: d.ID, XID: d.XID}
+		if !b.DryRun {
+			r.RequeuedAs = outbox.NewID()
+			entries = append(entries, outbox.Entry{XID: xid, ID: r.RequeuedAs, Lane: d.Lane, Payload: slices.Clone(d.Payload), CreatedAt: now})
+			d.RequeuedAs, d.RequeuedAt = r.RequeuedAs, now
+		}
+		res.Requeued = append(res.Requeued, r)
+	}
+	if len(entries) > 0 {
+		s.nextXID++
+		s.log.commit(entries)
+		s.insert(entries)
+	}
+	return res, nil
+}
+
 func checkRetention(op string, window time.Duration, limit int) error {
 	if err := outbox.CheckRetention(window, limit); err != nil {
 		return fmt.Errorf("baton/memory %s: %w", op, err)

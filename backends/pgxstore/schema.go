@@ -135,3 +135,14 @@ func Migrations() fs.FS { return pgsql.Migrations() }
 //
 //	PGOPTIONS='-c search_path=baton' psql -v ON_ERROR_STOP=1 --single-transaction -f baton.sql
 func SchemaSQL() string { return pgsql.SchemaSQL() }
+
+// SchemaSQLFrom is SchemaSQL for a schema at migration version from: the
+// upgrade script, only the migrations after it. A version this binary does
+// not know is an error.
+func SchemaSQLFrom(from int) (string, error) { return pgsql.SchemaSQLFrom(from) }
+
+// MigrationInfo names one migration this binary knows.
+type MigrationInfo = pgsql.MigrationInfo
+
+// KnownMigrations lists the migrations this binary knows, in version order.
+func KnownMigrations() []MigrationInfo { return pgsql.Known() }

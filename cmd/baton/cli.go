@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
@@ -84,7 +85,10 @@ Exit status: 0 success, 1 failure, 2 bad input, 130 interrupted.`,
 			*accepted = true
 		},
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
+	// cobra's completion command: baton completion bash|zsh|fish|powershell.
+	root.CompletionOptions.HiddenDefaultCmd = false
+	root.Version = version()
+	root.SetVersionTemplate("baton {{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return cli.Usagef("%s: %v", c.CommandPath(), err)
 	})
@@ -135,4 +139,48 @@ func groupCommand(use, short, long string, subs ...*cobra.Command) *cobra.Comman
 	}
 	c.AddCommand(subs...)
 	return c
+}
+
+// version is the module version and the commit the binary was built from,
+// as the Go toolchain recorded them: "v1.2.0", or "(devel)" for a build of
+// a checkout, with the revision, its time and whether the tree was
+// modified, and the Go version.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown: built without module information)"
+	}
+	return formatVersion(info)
+}
+
+func formatVersion(info *debug.BuildInfo) string {
+	v := info.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, at string
+	modified := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		v += ", commit " + rev
+		if at != "" {
+			v += " of " + at
+		}
+		if modified {
+			v += ", modified"
+		}
+	}
+	return v + ", " + info.GoVersion
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -54,6 +55,8 @@ func ReadAllLeases(ctx context.Context, db interface {
 	if err != nil {
 		return nil, fmt.Errorf("read %s.%s: %w", schema, pgxstore.LeaseTable, err)
 	}
+	// The order a person reads: devices:partition-2 before partition-10.
+	slices.SortStableFunc(out, func(a, b LeaseRow) int { return cli.NaturalCompare(a.Role, b.Role) })
 	return out, nil
 }
 

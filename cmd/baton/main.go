@@ -8,7 +8,7 @@
 //	baton migrate                       create or update baton's tables
 //	baton verify                        check that the tables have the shape this binary expects
 //	baton outbox status                 the outbox's health stamps
-//	baton outbox dead list|show|requeue dead letters: list, show one, requeue one
+//	baton outbox dead list|show|requeue dead letters: list (by lane and state), show one, requeue one or many
 //	baton leases                        every role lease: holder, address, token, expiry
 //
 // The operator commands take --postgres URL (or BATON_DATABASE_URL) and

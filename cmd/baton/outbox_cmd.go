@@ -18,7 +18,7 @@ import (
 )
 
 func newOutboxCommand() *cobra.Command {
-	dead := groupCommand("dead", "Dead letters: list, show one, requeue one",
+	dead := groupCommand("dead", "Dead letters: list, show one, requeue one or many",
 		`Dead letters are outbox entries the destination refused for good (a 400 or 409,
 or a lane without a processor). They wait here until an operator acts: look at
 one with "show", fix the cause, then "requeue" it. A requeue inserts a new entry
@@ -195,6 +195,7 @@ func runOutboxStatus(ctx context.Context, out io.Writer, f *dbFlags) error {
 	t.row(outbox.KeyLastScanAt, formatTimePtr(h.LastScanAt))
 	t.row(outbox.KeyFailedAttempts, failed)
 	t.row(outbox.KeyLastError, cli.Cut(formatStringPtr(h.LastError), 160))
+	t.row(outbox.KeyLastErrorAt, formatTimePtr(h.LastErrorAt))
 	t.row(outbox.KeyFirstStuckAt, formatTimePtr(h.FirstStuckAt))
 	t.row(outbox.KeyLastStuckNotificationAt, formatTimePtr(h.LastStuckNotificationAt))
 	t.row(outbox.KeyLastDeadLetterAt, formatTimePtr(h.LastDeadLetterAt))
@@ -210,6 +211,14 @@ func runOutboxStatus(ctx context.Context, out io.Writer, f *dbFlags) error {
 			formatTime(*h.FirstStuckAt), failed)
 	default:
 		fmt.Fprintln(out, "not failing: the last pass delivered or found nothing to do")
+		if h.LastError != nil {
+			// A last_error outlives its streak; say it is history.
+			when := "before this baton recorded times"
+			if h.LastErrorAt != nil {
+				when = "at " + formatTime(*h.LastErrorAt)
+			}
+			fmt.Fprintf(out, "last_error is from an earlier failing streak, %s\n", when)
+		}
 	}
 	fmt.Fprintf(out, "dead letters waiting for an operator: %d", rep.DeadLettersWaiting)
 	if rep.DeadLettersWaiting > 0 {
@@ -258,18 +267,23 @@ func newDeadListCommand() *cobra.Command {
 		f      dbFlags
 		limit  int
 		before string
+		filter deadFilter
 	)
 	cmd := &cobra.Command{
 		Use:     "list",
 		Short:   "List dead letters, newest parked first, without payloads",
-		Example: "  baton outbox dead list --limit 20\n  baton outbox dead list --limit 20 --before 01890a5d-ac96-774b-bcce-b302099a8057",
+		Example: "  baton outbox dead list --limit 20\n  baton outbox dead list --limit 20 --before 01890a5d-ac96-774b-bcce-b302099a8057\n  baton outbox dead list --state waiting --lane graph.metadata",
 		Long: `List dead letters, newest parked first, without their payloads (see
 "baton outbox dead show ID"). Page with --limit and --before: pass the last id
-of a page as --before to get the next one.`,
+of a page as --before to get the next one. --state waiting lists those no one
+has requeued yet, --state requeued those already replayed; --lane one lane's.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 || limit > outbox.MaxListLimit {
 				return cli.Usagef("--limit is %d; it must be from 1 to %d", limit, outbox.MaxListLimit)
+			}
+			if filter.state != "" && filter.state != stateWaiting && filter.state != stateRequeued {
+				return cli.Usagef("--state is %q; it must be %s or %s", filter.state, stateWaiting, stateRequeued)
 			}
 			opts := outbox.ListOptions{Limit: limit}
 			if before != "" {
@@ -279,22 +293,72 @@ of a page as --before to get the next one.`,
 				}
 				opts.Before = id
 			}
-			return runDeadList(cmd.Context(), cmd.OutOrStdout(), &f, opts)
+			return runDeadList(cmd.Context(), cmd.OutOrStdout(), &f, opts, filter)
 		},
 	}
 	f.register(cmd)
+	cmd.Flags().StringVar(&filter.state, "state", "", "list only dead letters in this state: waiting or requeued")
+	cmd.Flags().StringVar(&filter.lane, "lane", "", "list only dead letters of this lane")
 	cmd.Flags().IntVar(&limit, "limit", outbox.DefaultListLimit, fmt.Sprintf("most dead letters to list, 1 to %d", outbox.MaxListLimit))
 	cmd.Flags().StringVar(&before, "before", "", "list only dead letters parked before this one (the last id of the previous page)")
 	return cmd
 }
 
-func runDeadList(ctx context.Context, out io.Writer, f *dbFlags, opts outbox.ListOptions) error {
+// The states dead list filters by.
+const (
+	stateWaiting  = "waiting"
+	stateRequeued = "requeued"
+)
+
+// deadFilter is dead list's --state and --lane; zero lists all.
+type deadFilter struct{ state, lane string }
+
+func (f deadFilter) matches(d outbox.DeadLetter) bool {
+	switch {
+	case f.lane != "" && d.Lane != f.lane,
+		f.state == stateWaiting && !d.RequeuedAs.IsNil(),
+		f.state == stateRequeued && d.RequeuedAs.IsNil():
+		return false
+	}
+	return true
+}
+
+// listDead reads up to opts.Limit dead letters that filter matches, in the
+// listing's order, reading the store's pages until it has them; the last
+// one listed continues the listing as --before.
+func listDead(ctx context.Context, store outbox.Store, opts outbox.ListOptions, filter deadFilter) ([]outbox.DeadLetter, error) {
+	if filter == (deadFilter{}) {
+		return store.ListDead(ctx, opts)
+	}
+	var out []outbox.DeadLetter
+	page := outbox.ListOptions{Limit: outbox.MaxListLimit, Before: opts.Before}
+	for {
+		list, err := store.ListDead(ctx, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range list {
+			if filter.matches(d) {
+				out = append(out, d)
+				if len(out) == opts.Limit {
+					return out, nil
+				}
+			}
+		}
+		if len(list) < page.Limit {
+			return out, nil
+		}
+		page.Before = list[len(list)-1].ID
+	}
+}
+
+func runDeadList(ctx context.Context, out io.Writer, f *dbFlags, opts outbox.ListOptions, filter deadFilter) error {
 	db, store, err := openOutbox(ctx, f)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	list, err := store.ListDead(ctx, opts)
+	list, err := listDead(ctx, store, opts, filter)
 	if errors.Is(err, outbox.ErrNotFound) {
 		return cli.Usagef("--before: no dead letter %s in schema %q (was it deleted by retention?)", opts.Before, db.schema)
 	}
@@ -394,29 +458,171 @@ func runDeadShow(ctx context.Context, out io.Writer, f *dbFlags, id outbox.ID) e
 }
 
 func newDeadRequeueCommand() *cobra.Command {
-	var f dbFlags
+	var (
+		f      dbFlags
+		b      bulkFlags
+		dryRun bool
+	)
 	cmd := &cobra.Command{
-		Use:   "requeue ID",
-		Short: "Requeue one dead letter as a new entry at the end of the order",
+		Use:   "requeue [ID]",
+		Short: "Requeue one dead letter, or many at once, as new entries at the end of the order",
 		Long: `Insert the dead letter's lane and payload as a new outbox entry with a fresh
 id, and record that id as the dead letter's requeued_as, in one transaction.
 The new entry goes to the end of the order: it is delivered after everything
 enqueued before it. A dead letter can be requeued once.
 
-Fix what made the destination refuse it first: a requeued entry that is
+Without an ID it requeues every dead letter that --lane (or --all) and the
+other filters choose, oldest first in the outbox's order, so the replay keeps
+their relative order; it works in transactions of --batch dead letters each.
+A dead letter requeued before is refused and counted, never an error for the
+rest. --dry-run lists what it would requeue and changes nothing.
+
+Fix what made the destination refuse them first: a requeued entry that is
 refused again is parked again, as a new dead letter.`,
-		Example: "  baton outbox dead requeue 01890a5d-ac96-774b-bcce-b302099a8057",
-		Args:    exactArgs(1, "one dead letter id"),
+		Example: `  baton outbox dead requeue 01890a5d-ac96-774b-bcce-b302099a8057
+  baton outbox dead requeue --lane graph.metadata --waiting --dry-run
+  baton outbox dead requeue --lane graph.metadata --waiting --parked-since 2h`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return cli.Usagef("%s takes at most one dead letter id, got %d arguments", cmd.CommandPath(), len(args))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseDeadID("dead letter id", args[0])
+			if len(args) == 1 {
+				if b.set(cmd) || dryRun {
+					return cli.Usagef("a dead letter id requeues that one: --lane, --all, --waiting, --parked-since, --parked-before, --limit, --batch and --dry-run are for requeueing many, without an id")
+				}
+				id, err := parseDeadID("dead letter id", args[0])
+				if err != nil {
+					return err
+				}
+				return runDeadRequeue(cmd.Context(), cmd.OutOrStdout(), &f, id)
+			}
+			cfg, err := b.config(time.Now())
 			if err != nil {
 				return err
 			}
-			return runDeadRequeue(cmd.Context(), cmd.OutOrStdout(), &f, id)
+			cfg.DryRun = dryRun
+			return runDeadRequeueMany(cmd.Context(), cmd.OutOrStdout(), &f, cfg)
 		},
 	}
 	f.register(cmd)
+	b.register(cmd)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the dead letters it would requeue, and change nothing")
 	return cmd
+}
+
+// bulkFlags choose the dead letters of a bulk requeue.
+type bulkFlags struct {
+	lane, since, before string
+	all, waiting        bool
+	limit, batch        int
+}
+
+func (b *bulkFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&b.lane, "lane", "", "requeue the dead letters of this lane")
+	fl.BoolVar(&b.all, "all", false, "requeue the dead letters of every lane")
+	fl.BoolVar(&b.waiting, "waiting", false, "skip dead letters requeued before, rather than count them as refused")
+	fl.StringVar(&b.since, "parked-since", "", "only dead letters parked at or after this time: RFC 3339, or a duration ago such as 2h")
+	fl.StringVar(&b.before, "parked-before", "", "only dead letters parked before this time: RFC 3339, or a duration ago such as 30m")
+	fl.IntVar(&b.limit, "limit", 0, "most dead letters to take, requeued or refused (0: no bound)")
+	fl.IntVar(&b.batch, "batch", outbox.DefaultRequeueBatch, fmt.Sprintf("dead letters per transaction, 1 to %d", outbox.MaxRequeueBatch))
+}
+
+// set reports whether any bulk flag was given.
+func (b *bulkFlags) set(cmd *cobra.Command) bool {
+	for _, name := range []string{"lane", "all", "waiting", "parked-since", "parked-before", "limit", "batch"} {
+		if cmd.Flags().Changed(name) {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *bulkFlags) config(now time.Time) (outbox.RequeueConfig, error) {
+	switch {
+	case b.lane == "" && !b.all:
+		return outbox.RequeueConfig{}, cli.Usagef("say which dead letters to requeue: a dead letter id, --lane LANE, or --all")
+	case b.lane != "" && b.all:
+		return outbox.RequeueConfig{}, cli.Usagef("--lane and --all exclude each other")
+	case b.limit < 0:
+		return outbox.RequeueConfig{}, cli.Usagef("--limit is %d; it must not be negative (0 for no bound)", b.limit)
+	case b.batch < 1 || b.batch > outbox.MaxRequeueBatch:
+		return outbox.RequeueConfig{}, cli.Usagef("--batch is %d; it must be from 1 to %d", b.batch, outbox.MaxRequeueBatch)
+	}
+	cfg := outbox.RequeueConfig{Filter: outbox.RequeueFilter{Lane: b.lane, WaitingOnly: b.waiting}, Limit: b.limit, BatchSize: b.batch}
+	var err error
+	if cfg.Filter.ParkedSince, err = parseWhen("--parked-since", b.since, now); err != nil {
+		return cfg, err
+	}
+	if cfg.Filter.ParkedBefore, err = parseWhen("--parked-before", b.before, now); err != nil {
+		return cfg, err
+	}
+	if s, e := cfg.Filter.ParkedSince, cfg.Filter.ParkedBefore; !s.IsZero() && !e.IsZero() && !s.Before(e) {
+		return cfg, cli.Usagef("--parked-since %s is not before --parked-before %s: nothing could match", formatTime(s), formatTime(e))
+	}
+	return cfg, nil
+}
+
+// parseWhen reads a time flag: RFC 3339, or a duration before now.
+func parseWhen(flag, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, cli.Usagef("%s %q is neither an RFC 3339 time (2026-05-01T12:00:00Z) nor a duration ago (2h)", flag, v)
+}
+
+func runDeadRequeueMany(ctx context.Context, out io.Writer, f *dbFlags, cfg outbox.RequeueConfig) error {
+	db, store, err := openOutbox(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	res, err := outbox.RequeueDead(ctx, store, cfg)
+	if err != nil {
+		if len(res.Requeued) > 0 && !cfg.DryRun {
+			return fmt.Errorf("requeued %d dead letters in %d batches, then: %w", len(res.Requeued), res.Batches, err)
+		}
+		return fmt.Errorf("requeue dead letters: %w", err)
+	}
+	if f.json {
+		return writeJSON(out, res.Report())
+	}
+	which := "of every lane"
+	if cfg.Filter.Lane != "" {
+		which = fmt.Sprintf("of lane %q", cfg.Filter.Lane)
+	}
+	if len(res.Requeued) > 0 {
+		t := newTable(out, "DEAD LETTER", "REQUEUED AS")
+		for _, q := range res.Requeued {
+			as := "- (dry run)"
+			if !q.RequeuedAs.IsNil() {
+				as = q.RequeuedAs.String()
+			}
+			t.row(q.ID.String(), as)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	refused := ""
+	if res.AlreadyRequeued > 0 {
+		refused = fmt.Sprintf("; %d requeued before, refused", res.AlreadyRequeued)
+	}
+	if cfg.DryRun {
+		fmt.Fprintf(out, "dry run: would requeue %d dead letters %s in schema %q%s; nothing was changed\n", len(res.Requeued), which, db.schema, refused)
+		return nil
+	}
+	fmt.Fprintf(out, "requeued %d dead letters %s in schema %q, in their order, in %d batches%s\n", len(res.Requeued), which, db.schema, res.Batches, refused)
+	return nil
 }
 
 func runDeadRequeue(ctx context.Context, out io.Writer, f *dbFlags, id outbox.ID) error {

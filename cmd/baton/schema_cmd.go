@@ -28,7 +28,10 @@ var batonTables = []string{
 }
 
 func newSchemaCommand() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		from   int
+	)
 	print := &cobra.Command{
 		Use:   "print",
 		Short: "Print baton's schema as one SQL script (no database needed)",
@@ -40,22 +43,126 @@ search_path. Run it in one transaction, for example:
   PGOPTIONS='-c search_path=baton' psql -v ON_ERROR_STOP=1 --single-transaction -f baton.sql
 
 The schema must exist first (CREATE SCHEMA baton). "baton migrate" does the
-same against a live database, and creates the schema.`,
-		Args: noArgs,
+same against a live database, and creates the schema.
+
+With --from N it prints the upgrade of a schema at version N ("baton schema
+status" says which): only the migrations after N, with their rows.`,
+		Example: "  baton schema print > baton.sql\n  baton schema print --from 3 > upgrade.sql",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), map[string]string{"sql": pgxstore.SchemaSQL()})
+			sql, err := pgxstore.SchemaSQLFrom(from)
+			if err != nil {
+				return cli.Usagef("--from %d: %v", from, err)
 			}
-			_, err := fmt.Fprint(cmd.OutOrStdout(), pgxstore.SchemaSQL())
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), map[string]string{"sql": sql})
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), sql)
 			return err
 		},
 	}
 	print.Flags().BoolVar(&asJSON, "json", false, `print {"sql": "..."} instead of the script`)
-	return groupCommand("schema", "Print baton's PostgreSQL schema as one SQL script", `Commands about baton's PostgreSQL schema. See also "baton migrate" and "baton verify".`, print)
+	print.Flags().IntVar(&from, "from", 0, "print the upgrade from this migration version (0: the whole schema)")
+	return groupCommand("schema", "Print baton's PostgreSQL schema, or show which versions a database has",
+		`Commands about baton's PostgreSQL schema. See also "baton migrate" and "baton verify".`, print, newSchemaStatusCommand())
+}
+
+// schemaStatusReport is what schema status prints with --json.
+type schemaStatusReport struct {
+	Schema  string            `json:"schema"`
+	Applied []migrationRecord `json:"applied"`
+	Pending []migrationRecord `json:"pending"` // applied_at is zero
+	Version int               `json:"version"`
+	Known   int               `json:"known"` // the newest version this binary knows
+}
+
+func newSchemaStatusCommand() *cobra.Command {
+	var f dbFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "List the migration versions applied to a schema, and when, and those pending",
+		Long: `List, read-only, the migration versions recorded in the schema's
+baton_schema_migrations with the time each was applied, and the versions this
+binary knows that are not applied yet ("baton migrate" applies them; "baton
+schema print --from N" prints their SQL).`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSchemaStatus(cmd.Context(), cmd, &f)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// schemaState reads the applied migrations and lists the known ones not
+// among them.
+func schemaState(ctx context.Context, pool *pgxpool.Pool, schema string) (schemaStatusReport, error) {
+	rep := schemaStatusReport{Schema: schema, Applied: []migrationRecord{}, Pending: []migrationRecord{}}
+	applied, err := readMigrations(ctx, pool, schema)
+	if err != nil {
+		return rep, err
+	}
+	had := map[int]bool{}
+	for _, m := range applied {
+		had[m.Version] = true
+		rep.Version = max(rep.Version, m.Version)
+	}
+	rep.Applied = append(rep.Applied, applied...)
+	for _, m := range pgxstore.KnownMigrations() {
+		rep.Known = max(rep.Known, m.Version)
+		if !had[m.Version] {
+			rep.Pending = append(rep.Pending, migrationRecord{Version: m.Version, Name: m.Name})
+		}
+	}
+	return rep, nil
+}
+
+func runSchemaStatus(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
+	db, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rep, err := schemaState(ctx, db.pool, db.schema)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if f.json {
+		return writeJSON(out, rep)
+	}
+	if len(rep.Applied) == 0 {
+		fmt.Fprintf(out, "schema %q records no baton migrations\n", db.schema)
+	} else {
+		t := newTable(out, "VERSION", "NAME", "APPLIED AT")
+		for _, m := range rep.Applied {
+			t.row(fmt.Sprintf("%04d", m.Version), m.Name, formatTime(m.AppliedAt))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	switch {
+	case rep.Version > rep.Known:
+		fmt.Fprintf(out, "schema %q is at version %d, newer than this binary knows (%d): use the newer baton\n", db.schema, rep.Version, rep.Known)
+	case len(rep.Pending) == 0:
+		fmt.Fprintf(out, "up to date: version %d, the newest this binary knows\n", rep.Version)
+	default:
+		fmt.Fprintf(out, "pending: %d migration(s) this binary knows; baton migrate applies them, baton schema print --from %d prints them\n", len(rep.Pending), rep.Version)
+		t := newTable(out, "VERSION", "NAME")
+		for _, m := range rep.Pending {
+			t.row(fmt.Sprintf("%04d", m.Version), m.Name)
+		}
+		return t.flush()
+	}
+	return nil
 }
 
 func newMigrateCommand() *cobra.Command {
-	var f dbFlags
+	var (
+		f      dbFlags
+		dryRun bool
+	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create baton's tables, or bring them up to this binary's version",
@@ -67,14 +174,20 @@ A schema holding baton's tables without recorded versions (migrated by goose,
 golang-migrate or an older bun adapter) is adopted: the versions found applied
 are recorded, not run again. Afterwards a missing baton index is created again;
 any other difference is refused, changing nothing, with the statements that
-fix it. A schema migrated by a newer baton is left alone (exit status 1).`,
+fix it. A schema migrated by a newer baton is left alone (exit status 1).
+
+With --dry-run it lists the migrations it would apply and changes nothing.`,
 		Example: "  baton migrate --postgres postgres://app@db:5432/app --schema baton",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dryRun {
+				return runMigrateDryRun(cmd.Context(), cmd, &f)
+			}
 			return runMigrate(cmd.Context(), cmd, &f)
 		},
 	}
 	f.register(cmd)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the migrations it would apply, and change nothing")
 	return cmd
 }
 
@@ -83,6 +196,57 @@ type migrateReport struct {
 	Schema  string            `json:"schema"`
 	Applied []migrationRecord `json:"applied"`
 	Version int               `json:"version"`
+}
+
+// runMigrateDryRun says what migrate would do, read-only.
+func runMigrateDryRun(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
+	pool, err := cli.OpenPool(ctx, f.url, "--postgres")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	schema, err := resolveSchema(ctx, pool, f.schema)
+	if err != nil {
+		return err
+	}
+	rep, err := schemaState(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
+	adopt := false
+	if len(rep.Applied) == 0 {
+		n, err := countTables(ctx, pool, schema, batonTables)
+		if err != nil {
+			return err
+		}
+		adopt = n > 0
+	}
+	out := cmd.OutOrStdout()
+	if f.json {
+		return writeJSON(out, map[string]any{"schema": schema, "dry_run": true, "version": rep.Version,
+			"would_apply": rep.Pending, "adopts_unrecorded_tables": adopt})
+	}
+	switch {
+	case rep.Version > rep.Known:
+		fmt.Fprintf(out, "dry run: schema %q is at version %d, newer than this binary knows (%d): migrate would refuse it\n", schema, rep.Version, rep.Known)
+		return nil
+	case len(rep.Pending) == 0:
+		fmt.Fprintf(out, "dry run: schema %q is up to date (migration version %d); migrate would change nothing\n", schema, rep.Version)
+		return nil
+	case adopt:
+		fmt.Fprintf(out, "dry run: schema %q holds baton's tables without recorded versions: migrate would record the versions it finds applied and apply the rest of these\n", schema)
+	default:
+		fmt.Fprintf(out, "dry run: schema %q is at version %d; migrate would apply %d migration(s), in one transaction:\n", schema, rep.Version, len(rep.Pending))
+	}
+	t := newTable(out, "VERSION", "NAME")
+	for _, m := range rep.Pending {
+		t.row(fmt.Sprintf("%04d", m.Version), m.Name)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "nothing was changed; baton schema print --from %d prints their SQL\n", rep.Version)
+	return nil
 }
 
 func runMigrate(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -22,6 +23,7 @@ type Health struct {
 	LastScanAt                   *time.Time `json:"last_scan_at"`
 	FailedAttempts               *int       `json:"failed_attempts"`
 	LastError                    *string    `json:"last_error"`
+	LastErrorAt                  *time.Time `json:"last_error_at"`
 	LastDeadLetterAt             *time.Time `json:"last_dead_letter_at"`
 	LastDeadLetterNotificationAt *time.Time `json:"last_dead_letter_notification_at"`
 	FirstStuckAt                 *time.Time `json:"first_stuck_at"`
@@ -51,6 +53,7 @@ func ReadHealth(ctx context.Context, s Store) (Health, error) {
 		LastScannedID:                str(KeyLastScannedID),
 		LastScanAt:                   tm(KeyLastScanAt),
 		LastError:                    str(KeyLastError),
+		LastErrorAt:                  tm(KeyLastErrorAt),
 		LastDeadLetterAt:             tm(KeyLastDeadLetterAt),
 		LastDeadLetterNotificationAt: tm(KeyLastDeadLetterNotificationAt),
 		FirstStuckAt:                 tm(KeyFirstStuckAt),
@@ -95,6 +98,8 @@ func toJSON(d DeadLetter) deadLetterJSON {
 //	GET  /dead?limit=&before= dead letters, newest first, without payloads
 //	GET  /dead/{id}           one dead letter with its payload
 //	POST /dead/{id}/requeue   requeue it as a new entry at the end of the order
+//	POST /dead/requeue        bulk requeue (RequeueDead); a JSON body of
+//	                          RequeueRequest chooses which, and dry_run counts
 //
 // A requeue is refused when a browser says it comes from another origin
 // (http.CrossOriginProtection: Sec-Fetch-Site, or Origin against Host),
@@ -115,6 +120,7 @@ func AdminHandler(s Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /dead", a.list)
 	mux.HandleFunc("GET /dead/{id}", a.show)
 	mux.HandleFunc("POST /dead/{id}/requeue", a.requeue)
+	mux.HandleFunc("POST /dead/requeue", a.requeueBulk)
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.log.Warn("outbox admin: cross-origin request refused", "method", r.Method, "path", r.URL.Path,
@@ -225,6 +231,82 @@ func (a *admin) requeue(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Info("outbox: dead letter requeued", "id", id, "requeued_as", newID)
 	writeJSON(w, http.StatusOK, map[string]ID{"id": id, "requeued_as": newID})
+}
+
+// RequeueRequest is the JSON body of POST /dead/requeue; every field is
+// optional, and an empty body requeues every dead letter waiting or not
+// (the requeued ones are refused and counted).
+type RequeueRequest struct {
+	Lane         string     `json:"lane"`
+	WaitingOnly  bool       `json:"waiting_only"`
+	ParkedSince  *time.Time `json:"parked_since"`
+	ParkedBefore *time.Time `json:"parked_before"`
+	Limit        int        `json:"limit"`
+	DryRun       bool       `json:"dry_run"`
+}
+
+// Config is the RequeueConfig the request asks for.
+func (q RequeueRequest) Config() RequeueConfig {
+	c := RequeueConfig{Filter: RequeueFilter{Lane: q.Lane, WaitingOnly: q.WaitingOnly}, Limit: q.Limit, DryRun: q.DryRun}
+	if q.ParkedSince != nil {
+		c.Filter.ParkedSince = *q.ParkedSince
+	}
+	if q.ParkedBefore != nil {
+		c.Filter.ParkedBefore = *q.ParkedBefore
+	}
+	return c
+}
+
+// RequeueReport is the JSON answer of a bulk requeue.
+type RequeueReport struct {
+	DryRun          bool           `json:"dry_run"`
+	Requeued        int            `json:"requeued"`
+	AlreadyRequeued int            `json:"already_requeued"`
+	Batches         int            `json:"batches"`
+	Entries         []RequeuedJSON `json:"entries"`
+}
+
+// RequeuedJSON is one dead letter of a RequeueReport.
+type RequeuedJSON struct {
+	ID         ID  `json:"id"`
+	RequeuedAs *ID `json:"requeued_as"`
+}
+
+// Report is the JSON form of r.
+func (r RequeueResult) Report() RequeueReport {
+	out := RequeueReport{DryRun: r.DryRun, Requeued: len(r.Requeued), AlreadyRequeued: r.AlreadyRequeued,
+		Batches: r.Batches, Entries: make([]RequeuedJSON, len(r.Requeued))}
+	for i, q := range r.Requeued {
+		out.Entries[i].ID = q.ID
+		if !q.RequeuedAs.IsNil() {
+			as := q.RequeuedAs
+			out.Entries[i].RequeuedAs = &as
+		}
+	}
+	return out
+}
+
+func (a *admin) requeueBulk(w http.ResponseWriter, r *http.Request) {
+	var q RequeueRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&q); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, "the body must be a JSON object with lane, waiting_only, parked_since, parked_before, limit and dry_run, all optional: "+err.Error())
+		return
+	}
+	cfg := q.Config()
+	if err := cfg.withDefaults().validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	res, err := RequeueDead(r.Context(), a.s, cfg)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	a.log.Info("outbox: dead letters requeued in bulk", "lane", q.Lane, "waiting_only", q.WaitingOnly,
+		"dry_run", q.DryRun, "requeued", len(res.Requeued), "already_requeued", res.AlreadyRequeued)
+	writeJSON(w, http.StatusOK, res.Report())
 }
 
 func pathID(w http.ResponseWriter, r *http.Request) (ID, bool) {

@@ -440,6 +440,10 @@ func TestDriver_RetriesTheWholeRunOnErrorPanicOrWrongCount(t *testing.T) {
 				if st[outbox.KeyFailedAttempts] != "1" || st[outbox.KeyLastError] == "" || st[outbox.KeyFirstStuckAt] == "" {
 					t.Fatalf("failure not recorded: %v", st)
 				}
+				errorAt := st[outbox.KeyLastErrorAt]
+				if errorAt == "" || errorAt != st[outbox.KeyLastScanAt] {
+					t.Fatalf("last_error_at %q, want the failing pass's time %q", errorAt, st[outbox.KeyLastScanAt])
+				}
 				rec.setAnswer(nil)
 				time.Sleep(30 * time.Second)
 				synctest.Wait()
@@ -450,8 +454,13 @@ func TestDriver_RetriesTheWholeRunOnErrorPanicOrWrongCount(t *testing.T) {
 				if got := r.cursor().ID; got != sortIDs(e)[2] {
 					t.Fatalf("cursor %s, want past the whole run", got)
 				}
-				if _, ok := r.state()[outbox.KeyFirstStuckAt]; ok {
+				st = r.state()
+				if _, ok := st[outbox.KeyFirstStuckAt]; ok {
 					t.Fatal("first_stuck_at not cleared by a delivering pass")
+				}
+				// The old error stays, with the time that dates it.
+				if st[outbox.KeyLastErrorAt] != errorAt || st[outbox.KeyLastScanAt] == errorAt {
+					t.Fatalf("after recovery last_error_at %q (was %q), last_scan_at %q", st[outbox.KeyLastErrorAt], errorAt, st[outbox.KeyLastScanAt])
 				}
 			})
 		})

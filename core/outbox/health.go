@@ -94,6 +94,9 @@ func (h health) stamps(now time.Time) map[string]*string {
 		m[KeyFirstStuckAt] = stamp(h.since)
 		m[KeyFailedAttempts] = ptr(strconv.Itoa(h.failed))
 		m[KeyLastError] = ptr(h.lastError)
+		// Its time, so a last_error left from an old streak is not read
+		// as news once passes succeed again.
+		m[KeyLastErrorAt] = stamp(now)
 	}
 	for k, t := range map[string]time.Time{
 		KeyLastStuckNotificationAt:      h.stuckNotice,

@@ -48,6 +48,7 @@ const (
 	KeyLastScanAt                   = "last_scan_at"
 	KeyFailedAttempts               = "failed_attempts" // decimal, passes in the current failing streak
 	KeyLastError                    = "last_error"
+	KeyLastErrorAt                  = "last_error_at" // when the failing pass that wrote last_error settled
 	KeyLastDeadLetterAt             = "last_dead_letter_at"
 	KeyLastDeadLetterNotificationAt = "last_dead_letter_notification_at"
 	KeyFirstStuckAt                 = "first_stuck_at"
@@ -56,7 +57,7 @@ const (
 
 // StateKeys lists every state key, in display order.
 var StateKeys = []string{
-	KeyLastScannedXID, KeyLastScannedID, KeyLastScanAt, KeyFailedAttempts, KeyLastError,
+	KeyLastScannedXID, KeyLastScannedID, KeyLastScanAt, KeyFailedAttempts, KeyLastError, KeyLastErrorAt,
 	KeyLastDeadLetterAt, KeyLastDeadLetterNotificationAt, KeyFirstStuckAt, KeyLastStuckNotificationAt,
 }
 
@@ -138,7 +139,7 @@ func ScanBytes(entries []Entry) int {
 // statements. Each method is one short statement or transaction; none is
 // held open across delivery.
 //
-// The rules a store keeps are numbered O1 to O36 on the methods below and
+// The rules a store keeps are numbered O1 to O36, and O43, on the methods below and
 // here; conformance.RunOutboxStore checks each one with a subtest of its
 // own (docs/adapters.md lists which).
 //
@@ -165,7 +166,8 @@ func ScanBytes(entries []Entry) int {
 // And every method:
 //
 //   - O34 arguments: a Scan or delete limit below 1, a negative retention
-//     window, and a ListDead limit below 0 or above MaxListLimit are errors.
+//     window, and a ListDead limit below 0 or above MaxListLimit, and a RequeueBatch
+//     limit outside 1 to MaxRequeueBatch are errors.
 //   - O35 context: every method called with an ended context fails with an
 //     error that wraps ctx.Err(), and writes nothing.
 //   - O36 schema: a store over a database without its tables fails every
@@ -277,6 +279,20 @@ type Store interface {
 	//     uses nothing up (a requeued entry that reused a dead letter's id
 	//     could never be parked again).
 	Requeue(ctx context.Context, id, newID ID) error
+
+	// RequeueBatch requeues, in one transaction, up to b.Limit dead letters
+	// after b.After that b.Filter matches (RequeueFilter.Matches), taken
+	// in (xid, id) order. RequeueDead calls it batch by batch.
+	//
+	//   - O43 bulk requeue: each dead letter taken that was not requeued
+	//     before becomes a new entry with a fresh id and records it as
+	//     RequeuedAs; the new entries walk after everything committed
+	//     before, in the (xid, id) order of their dead letters. One
+	//     requeued before is refused and counted in AlreadyRequeued, and
+	//     the rest of the batch still applies. Last is the last one taken;
+	//     a dry run takes the same and writes nothing. A limit outside 1
+	//     to MaxRequeueBatch is an error (CheckRequeueBatch).
+	RequeueBatch(ctx context.Context, b RequeueBatch) (RequeueBatchResult, error)
 
 	// DeleteDelivered deletes at most limit entries at or below upTo that
 	// were created more than window ago, returning how many it deleted. It

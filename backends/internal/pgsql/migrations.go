@@ -230,6 +230,21 @@ func Versions() []int {
 	return vs
 }
 
+// MigrationInfo names one migration this binary knows.
+type MigrationInfo struct {
+	Version int
+	Name    string // the title in its file name, as Migrate records it
+}
+
+// Known lists the migrations this binary knows, in version order.
+func Known() []MigrationInfo {
+	out := make([]MigrationInfo, len(migrations))
+	for i, m := range migrations {
+		out[i] = MigrationInfo{Version: m.Version, Name: m.Title}
+	}
+	return out
+}
+
 // Tables are the tables the migrations make, in the order they make them,
 // without the version table.
 func Tables() []string {
@@ -259,8 +274,25 @@ func migrationsTableDDL(quotedName string) string {
 //
 //	PGOPTIONS='-c search_path=baton' psql -v ON_ERROR_STOP=1 --single-transaction -f baton.sql
 func SchemaSQL() string {
+	sql, _ := SchemaSQLFrom(0) // version 0 is always valid
+	return sql
+}
+
+// SchemaSQLFrom is SchemaSQL for a schema already at version from: only
+// the migrations after it, with their rows, and the version table made
+// only if it is missing. From 0 it is the whole schema; from the latest
+// version, a script that does nothing. A version this binary does not know
+// is an error.
+func SchemaSQLFrom(from int) (string, error) {
+	if from < 0 || from > latestVersion {
+		return "", fmt.Errorf("baton: no migration version %d: this binary knows versions 0 (an empty schema) to %d", from, latestVersion)
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "-- baton PostgreSQL schema, migration version %d.\n", latestVersion)
+	if from == 0 {
+		fmt.Fprintf(&b, "-- baton PostgreSQL schema, migration version %d.\n", latestVersion)
+	} else {
+		fmt.Fprintf(&b, "-- baton PostgreSQL schema, upgrade from migration version %d to %d.\n", from, latestVersion)
+	}
 	b.WriteString("--\n")
 	b.WriteString("-- Creates baton's tables in the first schema of search_path and records the\n")
 	b.WriteString("-- applied versions in " + migrationsTable + ", so that a later\n")
@@ -269,7 +301,7 @@ func SchemaSQL() string {
 	b.WriteString("\n")
 	b.WriteString(migrationsTableDDL(migrationsTable))
 	b.WriteString(";\n")
-	for _, m := range migrations {
+	for _, m := range migrations[from:] { // versions run 1, 2, 3, ...: migrations[i] is version i+1
 		fmt.Fprintf(&b, "\n-- Migration %04d: %s (%s)\n", m.Version, m.Title, m.File)
 		body := strings.TrimPrefix(m.SQL, gooseUp)
 		body = strings.TrimLeft(body, " \r\n")
@@ -280,5 +312,5 @@ func SchemaSQL() string {
 		// escaping inside the string literal.
 		fmt.Fprintf(&b, "INSERT INTO %s (version, name) VALUES (%d, '%s');\n", migrationsTable, m.Version, m.Title)
 	}
-	return b.String()
+	return b.String(), nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -120,10 +121,12 @@ type OutboxStatements struct {
 	GetDead        string
 	LockDead       string
 	Requeue        string
-	DeleteDone     string
-	DeleteRequeued string
-	RebaseCount    string
-	RebaseMove     string
+	// RequeueLock and RequeueMany are RequeueBatch's two statements.
+	RequeueLock, RequeueMany string
+	DeleteDone               string
+	DeleteRequeued           string
+	RebaseCount              string
+	RebaseMove               string
 	// Newest is what an idle listener reads: the newest entry after a
 	// cursor, whatever the horizon; Gate takes its idle gate when there
 	// is none.
@@ -153,6 +156,8 @@ func newOutboxStatements(schema string) OutboxStatements {
 		LockDead: `SELECT dl.requeued_as, EXISTS (SELECT 1 FROM ` + d + ` AS used WHERE used.id = $2)
 FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 		Requeue:        outboxRequeueSQL(t, d),
+		RequeueLock:    outboxRequeueLockSQL(d),
+		RequeueMany:    outboxRequeueManySQL(t, d),
 		DeleteDone:     outboxDeleteDeliveredSQL(t),
 		DeleteRequeued: outboxDeleteRequeuedSQL(d),
 		RebaseCount:    outboxRebaseSQL(t, false),
@@ -633,6 +638,113 @@ func (s *OutboxStore) Requeue(ctx context.Context, id, newID outbox.ID) error {
 		return s.a.errorf("outbox %s: the locked dead letter was not updated", op)
 	}
 	return nil
+}
+
+// outboxRequeueLockSQL locks, in (xid, id) order, the dead letters of the
+// quoted table d one bulk requeue batch takes (outbox.RequeueFilter.Matches).
+// Parameters: $1, $2 the position after which to start, $3 the lane (”
+// for any), $4 waiting only, $5 parked since and $6 parked before (NULL
+// for no bound), $7 the limit. No hot path: an operator runs it in an
+// incident, so it walks the table rather than keep an index for it.
+func outboxRequeueLockSQL(d string) string {
+	return `SELECT id, xid, requeued_as IS NOT NULL FROM ` + d + `
+WHERE (xid, id) > ($1::xid8, $2::uuid)
+  AND ($3::text = '' OR lane = $3::text)
+  AND (NOT $4::boolean OR requeued_as IS NULL)
+  AND ($5::timestamptz IS NULL OR parked_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR parked_at < $6::timestamptz)
+ORDER BY xid, id
+LIMIT $7
+FOR UPDATE`
+}
+
+// outboxRequeueManySQL inserts the dead letters $1 of the quoted table d
+// (comma-separated ids, in order) as new entries $2 (their new ids, in the
+// same order) of the quoted outbox table t and records requeued_as, in one
+// statement. The ids travel as text so every driver binds them alike.
+func outboxRequeueManySQL(t, d string) string {
+	return `WITH src AS (
+    SELECT u.dead_id, u.new_id, u.n
+    FROM unnest(string_to_array($1::text, ',')::uuid[], string_to_array($2::text, ',')::uuid[]) WITH ORDINALITY AS u(dead_id, new_id, n)
+), requeued AS (
+    INSERT INTO ` + t + ` (id, lane, payload)
+    SELECT s.new_id, dl.lane, dl.payload FROM src AS s JOIN ` + d + ` AS dl ON dl.id = s.dead_id
+    ORDER BY s.n
+    RETURNING id
+)
+UPDATE ` + d + ` AS dl SET requeued_as = s.new_id, requeued_at = now()
+FROM src AS s
+WHERE dl.id = s.dead_id AND dl.requeued_as IS NULL`
+}
+
+// RequeueBatch implements outbox.Store in one READ COMMITTED transaction:
+// lock the dead letters the batch takes, then insert the waiting ones as
+// new entries and record requeued_as in one statement. The new entries
+// share this transaction's xid and take ascending fresh ids in the order
+// of their dead letters, so they walk in that order. A dry run rolls back
+// after the lock.
+func (s *OutboxStore) RequeueBatch(ctx context.Context, b outbox.RequeueBatch) (outbox.RequeueBatchResult, error) {
+	const op = "requeue batch"
+	var res outbox.RequeueBatchResult
+	if err := outbox.CheckRequeueBatch(b); err != nil {
+		return res, s.a.errorf("outbox %s: %w", op, err)
+	}
+	bound := func(t time.Time) any {
+		if t.IsZero() {
+			return nil
+		}
+		return t
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return res, s.a.MapError(AreaOutbox, op+": begin", err)
+	}
+	defer rollback(ctx, tx)
+	f := b.Filter
+	rows, err := tx.Query(ctx, s.sql.RequeueLock, b.After.XID, [16]byte(b.After.ID), f.Lane, f.WaitingOnly,
+		bound(f.ParkedSince), bound(f.ParkedBefore), b.Limit)
+	if err != nil {
+		return res, s.a.MapError(AreaOutbox, op, err)
+	}
+	var deadIDs, newIDs []string
+	for rows.Next() {
+		var (
+			r      outbox.Requeued
+			id     pgtype.UUID
+			before bool
+		)
+		if err := rows.Scan(&id, &r.XID, &before); err != nil {
+			rows.Close()
+			return res, s.a.MapError(AreaOutbox, op, err)
+		}
+		r.ID = outbox.ID(id.Bytes)
+		res.Taken++
+		res.Last = outbox.Cursor{XID: r.XID, ID: r.ID}
+		if before {
+			res.AlreadyRequeued++
+			continue
+		}
+		if !b.DryRun {
+			r.RequeuedAs = outbox.NewID()
+			deadIDs, newIDs = append(deadIDs, r.ID.String()), append(newIDs, r.RequeuedAs.String())
+		}
+		res.Requeued = append(res.Requeued, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return outbox.RequeueBatchResult{}, s.a.MapError(AreaOutbox, op, err)
+	}
+	if len(deadIDs) == 0 {
+		return res, nil // a dry run, or nothing waiting: the deferred rollback ends it
+	}
+	n, err := execCommit(ctx, tx, s.sql.RequeueMany, strings.Join(deadIDs, ","), strings.Join(newIDs, ","))
+	if err != nil {
+		return outbox.RequeueBatchResult{}, s.a.MapError(AreaOutbox, op, err)
+	}
+	if int(n) != len(deadIDs) { // cannot happen: the rows are locked
+		return outbox.RequeueBatchResult{}, s.a.errorf("outbox %s: %d of the %d locked dead letters were updated", op, n, len(deadIDs))
+	}
+	return res, nil
 }
 
 // DeleteDelivered implements outbox.Store in one statement; see

@@ -31,6 +31,10 @@ import (
 type demoBackend interface {
 	// Describe says what the instances run on, for the header.
 	Describe() string
+	// Check reaches the servers the backend needs, before the demo prints
+	// its header or creates anything, so a wrong address is one clear
+	// error and nothing to clean up.
+	Check(ctx context.Context) error
 	// Setup prepares the shared state (a schema, a Redis prefix).
 	Setup(ctx context.Context) error
 	// Instance returns one instance's view: its own connections, like a
@@ -121,6 +125,8 @@ func (b *memoryBackend) Describe() string {
 func (b *memoryBackend) KillStory() string {
 	return "its lock lapses after its TTL, as a crashed holder's would (memory locks live in this process, so the demo lets it lapse)"
 }
+
+func (b *memoryBackend) Check(context.Context) error { return nil }
 
 func (b *memoryBackend) Setup(context.Context) error {
 	locks, err := lockmem.NewProvider(lockmem.Options{
@@ -329,22 +335,38 @@ func (b *postgresBackend) profilesTable() string {
 
 func (b *postgresBackend) redisPrefix() string { return "baton-demo-" + b.tag + ":" }
 
-func (b *postgresBackend) Setup(ctx context.Context) error {
+// silenceRedis turns off go-redis's own logger, process-wide: it would
+// print its dial errors beside the demo's one clear error.
+var silenceRedis sync.Once
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+func (b *postgresBackend) Check(ctx context.Context) error {
 	pool, err := cli.OpenPool(ctx, b.url, "--postgres")
 	if err != nil {
 		return err
 	}
-	b.admin = pool
 	if b.redisAddr != "" {
-		c := goredis.NewClient(&goredis.Options{Addr: b.redisAddr})
+		silenceRedis.Do(func() { goredis.SetLogger(quietRedis{}) })
+		// One dial, no retries: a wrong address says so once.
+		c := goredis.NewClient(&goredis.Options{Addr: b.redisAddr, MaxRetries: -1, DialTimeout: cli.ConnectTimeout})
 		pctx, cancel := context.WithTimeout(ctx, cli.ConnectTimeout)
 		err := c.Ping(pctx).Err()
 		cancel()
 		_ = c.Close()
 		if err != nil {
+			pool.Close()
 			return fmt.Errorf("--redis %s: cannot reach Redis: %w", b.redisAddr, err)
 		}
 	}
+	b.admin = pool
+	return nil
+}
+
+func (b *postgresBackend) Setup(ctx context.Context) error {
+	pool := b.admin
 	if err := pgxstore.Migrate(ctx, pool, pgxstore.MigrateOptions{Schema: b.schema}); err != nil {
 		return err
 	}
@@ -356,7 +378,8 @@ func (b *postgresBackend) Setup(ctx context.Context) error {
 	)`); err != nil {
 		return fmt.Errorf("create the demo's profiles table: %w", err)
 	}
-	b.store, err = pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{Schema: b.schema})
+	store, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{Schema: b.schema})
+	b.store = store
 	return err
 }
 

@@ -236,6 +236,9 @@ func Run(ctx context.Context, opts Config) (*Result, error) {
 
 func (d *demo) run(ctx context.Context) (res *Result, err error) {
 	start := time.Now()
+	if err := d.backend.Check(ctx); err != nil {
+		return nil, err
+	}
 	d.header()
 	d.proxyTransport = newTransport()
 	d.hookTransport = newTransport()
