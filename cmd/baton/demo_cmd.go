@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/baton-go/baton/cmd/baton/internal/demo"
+	"github.com/baton-go/baton/internal/demo"
 
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
+	"github.com/baton-go/baton/internal/cli"
 )
 
 func newDemoCommand() *cobra.Command {

@@ -16,11 +16,11 @@ import (
 
 	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/backends/pgxstore"
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/projection"
+	"github.com/baton-go/baton/internal/cli"
 	lockmem "github.com/baton-go/baton/locks/memory"
 	"github.com/baton-go/baton/locks/pglock"
 	lockredis "github.com/baton-go/baton/locks/redis"
