@@ -49,6 +49,22 @@ func (s Spec) PeerURL() string { return "http://127.0.0.1:" + strconv.Itoa(s.Pee
 // Plan chooses free loopback ports and a data directory under dir for n
 // members, and returns them with the cluster's initial-cluster string.
 func Plan(n int, dir string) ([]Spec, string, error) {
+	// Every port stays taken until all are chosen: a port just closed may
+	// be handed out again, and two members on one port never start.
+	var held []net.Listener
+	defer func() {
+		for _, ln := range held {
+			ln.Close()
+		}
+	}()
+	freePort := func() (int, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		held = append(held, ln)
+		return ln.Addr().(*net.TCPAddr).Port, nil
+	}
 	specs := make([]Spec, n)
 	var initial []string
 	for i := range specs {
@@ -65,15 +81,6 @@ func Plan(n int, dir string) ([]Spec, string, error) {
 		initial = append(initial, name+"="+specs[i].PeerURL())
 	}
 	return specs, strings.Join(initial, ","), nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Timing is a cluster's raft timing: a heartbeat tick, and an election

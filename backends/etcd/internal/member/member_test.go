@@ -23,3 +23,22 @@ func TestTiming_MinLeaseTTL(t *testing.T) {
 		}
 	}
 }
+
+// A plan never gives one port twice, though each port is free when chosen.
+func TestPlan_PortsDiffer(t *testing.T) {
+	for range 20 {
+		specs, _, err := Plan(3, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int]bool{}
+		for _, s := range specs {
+			for _, p := range []int{s.ClientPort, s.PeerPort} {
+				if seen[p] {
+					t.Fatalf("port %d given twice in %+v", p, specs)
+				}
+				seen[p] = true
+			}
+		}
+	}
+}
