@@ -5,13 +5,18 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-go/baton/backends/etcd"
 	"github.com/baton-go/baton/backends/etcd/internal/etcdtest"
@@ -80,6 +85,122 @@ func TestFaults_HolderScenario(t *testing.T) {
 		Negative: *negative,
 		Seed:     *seed,
 	})
+}
+
+// failoverKills is how many holders TestFaults_KilledHolderFailover kills.
+const failoverKills = 6
+
+// TestFaults_KilledHolderFailover: kill -9 the holder of the leader role,
+// again and again, each time at a seeded moment of its renewal period, and
+// time the takeover in two parts: from the kill until etcd revokes the
+// holder's session (the role key's deletion, as a watch in this process
+// sees it), and from there until the successor believes it holds. The
+// first is the lease running out, then etcd's expiry check; the second is
+// baton's handover.
+func TestFaults_KilledHolderFailover(t *testing.T) {
+	faults.Scenario(t)
+	c := etcdtest.StartCluster(t, 3)
+	h := faults.NewHolders(t, holderTimings, *negative)
+	target := strings.Join(c.Endpoints(), ",")
+
+	// The role key's deletions, as they reach this process.
+	cli := etcdtest.NewClient(t, c.Endpoints())
+	key := "faults/lease/role/" + faults.LeaderRole
+	var (
+		mu      sync.Mutex
+		deleted []int64
+	)
+	wctx, stop := context.WithCancel(context.Background())
+	var watching sync.WaitGroup
+	defer watching.Wait()
+	defer stop()
+	watch := cli.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithFilterPut())
+	watching.Go(func() {
+		for resp := range watch {
+			at := time.Now().UnixNano()
+			mu.Lock()
+			for range resp.Events {
+				deleted = append(deleted, at)
+			}
+			mu.Unlock()
+		}
+	})
+	deletedAfter := func(at int64) (int64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range deleted {
+			if d >= at {
+				return d, true
+			}
+		}
+		return 0, false
+	}
+
+	children := map[string]*testenv.Child{}
+	started := 0
+	start := func() {
+		started++
+		name := fmt.Sprintf("k%d", started)
+		children[name] = h.Start(name, target)
+	}
+	start()
+	start()
+	// took is when the holder came to believe it holds the role: a few
+	// milliseconds after the start of the heartbeat that took it, which
+	// its later heartbeats follow every RenewInterval.
+	took, ok := h.TakenOver(faults.LeaderRole, "", 0, 10*time.Second)
+	if !ok {
+		t.Fatalf("nobody took %s", faults.LeaderRole)
+	}
+	rng := rand.New(rand.NewPCG(*seed, 22))
+	var total, lags, handover []time.Duration
+	for i := range failoverKills {
+		holder := h.AwaitHolder(faults.LeaderRole, 10*time.Second)
+		if holder == "" {
+			t.Fatalf("kill %d: nobody holds %s", i+1, faults.LeaderRole)
+		}
+		// Kill phase into one of the holder's renewal periods.
+		phase := time.Duration(rng.Int64N(int64(holderTimings.Renew)))
+		renew := int64(holderTimings.Renew)
+		periods := (time.Now().UnixNano() - took + renew - 1) / renew
+		time.Sleep(time.Until(time.Unix(0, took+periods*renew).Add(phase)))
+		at := time.Now().UnixNano()
+		h.Kill(children[holder])
+		delete(children, holder)
+		if took, ok = h.TakenOver(faults.LeaderRole, holder, at, 3*holderTimings.Lease); !ok {
+			t.Fatalf("kill %d of %s: nobody took %s over within %v", i+1, holder, faults.LeaderRole, 3*holderTimings.Lease)
+		}
+		start()
+		gone, ok := deletedAfter(at)
+		if !ok || gone > took {
+			t.Errorf("invariant violated: kill %d: %s was taken over at %s with its key not deleted since the kill (deletions %v)", i+1, faults.LeaderRole, time.Unix(0, took).Format(time.RFC3339Nano), deleted)
+			continue
+		}
+		// The session's TTL ran out LeaseDuration after its last renewal,
+		// about phase before the kill; etcd revoked it lag later.
+		lag := time.Duration(gone-at) - (holderTimings.Lease - phase)
+		total = append(total, time.Duration(took-at))
+		lags = append(lags, lag)
+		handover = append(handover, time.Duration(took-gone))
+		t.Logf("figure etcd failover after kill -9 of a holder %v into its renewal period: %v (etcd revoked its session %v after the kill, about %v after its TTL; the successor held %v later)",
+			phase.Round(time.Millisecond), time.Duration(took-at).Round(time.Millisecond), time.Duration(gone-at).Round(time.Millisecond),
+			lag.Round(time.Millisecond), time.Duration(took-gone).Round(time.Millisecond))
+	}
+	time.Sleep(holderTimings.Lease) // let the last takeover's aftermath be reported
+	for _, ch := range children {
+		h.Kill(ch)
+	}
+	t.Logf("figure etcd failover after kill -9 of a holder, %d kills, LeaseDuration %v, RenewInterval %v: %s (etcd revoked the sessions %s after their TTL; the successors held %s after the revoke)",
+		len(total), holderTimings.Lease, holderTimings.Renew, span(total), span(lags), span(handover))
+	h.Check()
+}
+
+// span prints the smallest and the largest of ds.
+func span(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%v–%v", slices.Min(ds).Round(time.Millisecond), slices.Max(ds).Round(time.Millisecond))
 }
 
 // memberFaults starts a cluster and three holders whose clients list every

@@ -2,70 +2,35 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
-	"github.com/baton-go/baton/internal/printable"
+	"github.com/baton-go/baton/internal/cli"
 )
 
-// Exit statuses.
+// Exit statuses (cli.Execute's).
 const (
-	exitOK          = 0
-	exitFailure     = 1
-	exitUsage       = 2
-	exitInterrupted = 130
+	exitOK          = cli.ExitOK
+	exitFailure     = cli.ExitFailure
+	exitUsage       = cli.ExitUsage
+	exitInterrupted = cli.ExitInterrupted
 )
 
 // errChecksFailed is returned when a command ran to the end and found
 // something wrong (a demo check, a schema mismatch); its report is printed
 // already, so nothing more is said.
-var errChecksFailed = errors.New("checks failed")
+var errChecksFailed = cli.ErrChecksFailed
 
 // run is the whole command line, testable: it parses args, runs the command
-// with ctx and returns the exit status. Nothing writes to os.Stdout or
-// os.Stderr directly.
-//
-// Both go through printable.Writer: what the commands print comes partly
-// from the database (a dead letter's error quotes an engine's answer, a
-// lease row names its holder), and no control character in it may reach
-// the operator's terminal. Only the demo's own progress line writes escape
-// sequences, to the writer underneath.
+// with ctx and returns the exit status (see cli.Execute, which also keeps
+// control characters from the servers off the operator's terminal).
 func run(ctx context.Context, args []string, rawStdout, rawStderr io.Writer) int {
-	stdout, stderr := printable.NewWriter(rawStdout), printable.NewWriter(rawStderr)
-	defer stderr.Flush()
-	defer stdout.Flush()
-	accepted := false // set once flags and arguments passed cobra's checks
-	root := newRootCommand(stdout, stderr, &accepted)
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, errChecksFailed):
-		return exitFailure
-	case errors.Is(err, cli.ErrInterrupted) || (ctx.Err() != nil && errors.Is(err, context.Canceled)):
-		fmt.Fprintln(stderr, "baton: interrupted")
-		return exitInterrupted
-	}
-	var u *cli.UsageError
-	if errors.As(err, &u) || !accepted {
-		// cobra's own errors (unknown command or flag, wrong argument
-		// count) come before any command runs.
-		fmt.Fprintf(stderr, "baton: %s\n", cli.OneLine(err.Error()))
-		return exitUsage
-	}
-	fmt.Fprintf(stderr, "baton: %s\n", cli.OneLine(err.Error()))
-	return exitFailure
+	return cli.Execute(ctx, newRootCommand(), args, rawStdout, rawStderr)
 }
 
-func newRootCommand(stdout, stderr io.Writer, accepted *bool) *cobra.Command {
+func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "baton",
 		Short: "Coordination for a service over its own PostgreSQL: demo and operator tools",
@@ -79,19 +44,11 @@ deployment: --postgres URL (or BATON_DATABASE_URL) and --schema choose the
 database and the schema holding baton's tables.
 
 Exit status: 0 success, 1 failure, 2 bad input, 130 interrupted.`,
-		SilenceErrors: true,
-		SilenceUsage:  true,
-		PersistentPreRun: func(*cobra.Command, []string) {
-			*accepted = true
-		},
 	}
 	// cobra's completion command: baton completion bash|zsh|fish|powershell.
 	root.CompletionOptions.HiddenDefaultCmd = false
 	root.Version = version()
 	root.SetVersionTemplate("baton {{.Version}}\n")
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return cli.Usagef("%s: %v", c.CommandPath(), err)
-	})
 	root.AddCommand(
 		newDemoCommand(),
 		newSchemaCommand(),
@@ -114,12 +71,7 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 }
 
 // noArgs refuses positional arguments with a usage error.
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return cli.Usagef("%s takes no arguments (got %q)", cmd.CommandPath(), args[0])
-	}
-	return nil
-}
+var noArgs = cli.NoArgs
 
 // groupCommand is a command that only holds subcommands: with no argument it
 // prints its help; an argument that names no subcommand is a usage error

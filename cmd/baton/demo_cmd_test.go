@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/baton-go/baton/cmd/baton/internal/demo"
 	"github.com/baton-go/baton/graph"
+	"github.com/baton-go/baton/internal/demo"
 	"github.com/baton-go/baton/internal/testenv"
 )
 

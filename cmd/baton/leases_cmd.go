@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton/backends/pgxstore"
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lease"
+	"github.com/baton-go/baton/internal/cli"
 )
 
 // LeaseRow is one row of baton_role_leases, with its expiry judged by the

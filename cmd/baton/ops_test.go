@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton/backends/pgxstore"
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
+	"github.com/baton-go/baton/internal/cli"
 	"github.com/baton-go/baton/internal/testenv"
 )
 

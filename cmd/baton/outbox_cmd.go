@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton/backends/pgxstore"
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/cli"
 )
 
 func newOutboxCommand() *cobra.Command {

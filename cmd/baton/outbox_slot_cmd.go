@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton/backends/pgxstore"
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/outbox"
+	"github.com/baton-go/baton/internal/cli"
 )
 
 // slotFlags name the logical source's slot and publication.

@@ -1,22 +1,18 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/baton-go/baton/internal/cli"
 	"github.com/baton-go/baton/internal/printable"
 )
 
 // writeJSON prints v as indented JSON.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
+var writeJSON = cli.WriteJSON
 
 // table prints aligned columns.
 type table struct {

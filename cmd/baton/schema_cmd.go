@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton/backends/pgxstore"
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
+	"github.com/baton-go/baton/internal/cli"
 )
 
 // batonTables are the tables baton's migrations create (besides the

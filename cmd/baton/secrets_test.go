@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
+	"github.com/baton-go/baton/internal/cli"
 )
 
 // secret is the password in the connection strings below: it must never

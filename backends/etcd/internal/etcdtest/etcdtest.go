@@ -29,23 +29,18 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
-	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/baton-go/baton/backends/etcd/internal/member"
 	"github.com/baton-go/baton/internal/testenv"
 )
 
@@ -63,7 +58,8 @@ const (
 	TickMs     = 200
 	ElectionMs = 2000
 	// MinLeaseTTL is the shortest lease such a member grants: etcd's floor
-	// is 1.5 election timeouts, rounded up to whole seconds.
+	// is 1.5 election timeouts, rounded up to whole seconds
+	// (member.Timing.MinLeaseTTL).
 	MinLeaseTTL = 3 * time.Second
 	// ExpiryLag is how long after its TTL an expired lease may still
 	// exist: the leader looks for expired leases every 500ms, then revokes
@@ -73,10 +69,12 @@ const (
 
 const memberRole = "etcd-member"
 
+var timing = member.Timing{TickMs: TickMs, ElectionMs: ElectionMs}
+
 // Roles adds the child role of the throwaway members to a test binary's
 // roles, for testenv.RunChild.
 func Roles(more map[string]func(args []string) int) map[string]func(args []string) int {
-	roles := map[string]func([]string) int{memberRole: memberMain}
+	roles := map[string]func([]string) int{memberRole: member.Main}
 	for k, v := range more {
 		roles[k] = v
 	}
@@ -246,42 +244,6 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// memberSpec is one member's place in a cluster.
-type memberSpec struct {
-	name       string
-	dir        string
-	clientPort int
-	peerPort   int
-}
-
-func (m memberSpec) clientURL() string { return "http://127.0.0.1:" + strconv.Itoa(m.clientPort) }
-func (m memberSpec) peerURL() string   { return "http://127.0.0.1:" + strconv.Itoa(m.peerPort) }
-
-// planCluster chooses ports and directories for n members under dir.
-func planCluster(n int, dir string) ([]memberSpec, string, error) {
-	specs := make([]memberSpec, n)
-	var initial []string
-	for i := range specs {
-		cp, err := freePort()
-		if err != nil {
-			return nil, "", err
-		}
-		pp, err := freePort()
-		if err != nil {
-			return nil, "", err
-		}
-		name := "m" + strconv.Itoa(i)
-		specs[i] = memberSpec{name: name, dir: dir + "/" + name, clientPort: cp, peerPort: pp}
-		initial = append(initial, name+"="+specs[i].peerURL())
-	}
-	return specs, strings.Join(initial, ","), nil
-}
-
-func (m memberSpec) args(initial, token string) []string {
-	return []string{"-name", m.name, "-dir", m.dir,
-		"-client", m.clientURL(), "-peer", m.peerURL(), "-cluster", initial, "-token", token}
-}
-
 // startShared starts the throwaway cluster every test of the binary
 // shares; testenv.Main stops it.
 func startShared() ([]string, error) {
@@ -289,19 +251,17 @@ func startShared() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	specs, initial, err := planCluster(3, dir)
+	specs, initial, err := member.Plan(3, dir)
 	if err != nil {
 		return nil, err
 	}
 	token := randomHex(6)
 	var eps []string
 	for _, m := range specs {
-		c, err := testenv.StartSharedChild("etcd-"+m.name, memberRole, nil, m.args(initial, token)...)
-		if err != nil {
+		if _, err := testenv.StartSharedChild("etcd-"+m.Name, memberRole, nil, member.Args(m, initial, "test-"+token, timing)...); err != nil {
 			return nil, err
 		}
-		_ = c
-		eps = append(eps, m.clientURL())
+		eps = append(eps, m.ClientURL())
 	}
 	if err := waitHealthy(eps, 90*time.Second); err != nil {
 		return nil, err
@@ -312,47 +272,9 @@ func startShared() ([]string, error) {
 // waitHealthy waits until every member answers with a leader and a
 // linearizable read succeeds.
 func waitHealthy(eps []string, timeout time.Duration) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := healthy(cli, eps)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the cluster %v is not healthy after %v: %w", eps, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func healthy(cli *clientv3.Client, eps []string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	for _, ep := range eps {
-		st, err := cli.Status(ctx, ep)
-		if err != nil {
-			return err
-		}
-		if st.Leader == 0 {
-			return fmt.Errorf("%s has no leader", ep)
-		}
-	}
-	_, err := cli.Get(ctx, "baton-test-ping")
-	return err
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return member.WaitHealthy(ctx, eps)
 }
 
 // Cluster is a throwaway cluster that belongs to one test, which may kill,
@@ -360,7 +282,7 @@ func freePort() (int, error) {
 // removed, when the test ends.
 type Cluster struct {
 	t       *testing.T
-	specs   []memberSpec
+	specs   []member.Spec
 	initial string
 	token   string
 	members []*testenv.Child
@@ -371,7 +293,7 @@ type Cluster struct {
 // healthy.
 func StartCluster(t *testing.T, n int) *Cluster {
 	t.Helper()
-	specs, initial, err := planCluster(n, t.TempDir())
+	specs, initial, err := member.Plan(n, t.TempDir())
 	if err != nil {
 		t.Fatalf("etcdtest: %v", err)
 	}
@@ -387,24 +309,24 @@ func StartCluster(t *testing.T, n int) *Cluster {
 
 func (c *Cluster) launch(i int) {
 	c.gen[i]++
-	name := fmt.Sprintf("etcd-%s.%d", c.specs[i].name, c.gen[i])
-	c.members[i] = testenv.StartChild(c.t, name, memberRole, nil, c.specs[i].args(c.initial, c.token)...)
+	name := fmt.Sprintf("etcd-%s.%d", c.specs[i].Name, c.gen[i])
+	c.members[i] = testenv.StartChild(c.t, name, memberRole, nil, member.Args(c.specs[i], c.initial, "test-"+c.token, timing)...)
 }
 
 // Endpoints are the members' client URLs.
 func (c *Cluster) Endpoints() []string {
 	eps := make([]string, len(c.specs))
 	for i, m := range c.specs {
-		eps[i] = m.clientURL()
+		eps[i] = m.ClientURL()
 	}
 	return eps
 }
 
 // Endpoint is member i's client URL.
-func (c *Cluster) Endpoint(i int) string { return c.specs[i].clientURL() }
+func (c *Cluster) Endpoint(i int) string { return c.specs[i].ClientURL() }
 
 // Addr is member i's client host:port, for a fault proxy.
-func (c *Cluster) Addr(i int) string { return hostPort(c.specs[i].clientURL()) }
+func (c *Cluster) Addr(i int) string { return hostPort(c.specs[i].ClientURL()) }
 
 // Kill is kill -9 of member i; it returns once the process is gone.
 func (c *Cluster) Kill(i int) {
@@ -446,65 +368,5 @@ func (c *Cluster) WaitHealthy(timeout time.Duration) {
 	c.t.Helper()
 	if err := waitHealthy(c.Endpoints(), timeout); err != nil {
 		c.t.Fatalf("etcdtest: %v", err)
-	}
-}
-
-// memberMain is one embedded etcd member, until SIGTERM or a failure.
-func memberMain(args []string) int {
-	fs := flag.NewFlagSet(memberRole, flag.ContinueOnError)
-	name := fs.String("name", "", "member name")
-	dir := fs.String("dir", "", "data directory")
-	clientURL := fs.String("client", "", "client URL")
-	peerURL := fs.String("peer", "", "peer URL")
-	initial := fs.String("cluster", "", "initial cluster")
-	token := fs.String("token", "", "initial cluster token")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	cu, err := url.Parse(*clientURL)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	pu, err := url.Parse(*peerURL)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	cfg := embed.NewConfig()
-	cfg.Name = *name
-	cfg.Dir = *dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = *initial
-	cfg.InitialClusterToken = "baton-test-" + *token
-	cfg.ClusterState = embed.ClusterStateFlagNew
-	cfg.TickMs, cfg.ElectionMs = TickMs, ElectionMs
-	cfg.UnsafeNoFsync = true
-	cfg.LogLevel = "warn"
-	cfg.LogOutputs = []string{"stderr"}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start etcd:", err)
-		return 1
-	}
-	defer e.Close()
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		fmt.Fprintln(os.Stderr, "etcd:", err)
-		return 1
-	case <-ctx.Done():
-		return 0
-	}
-	select {
-	case err := <-e.Err():
-		fmt.Fprintln(os.Stderr, "etcd:", err)
-		return 1
-	case <-ctx.Done():
-		return 0
 	}
 }

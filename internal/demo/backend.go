@@ -16,18 +16,20 @@ import (
 
 	"github.com/baton-go/baton/backends/memory"
 	"github.com/baton-go/baton/backends/pgxstore"
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/projection"
+	"github.com/baton-go/baton/internal/cli"
 	lockmem "github.com/baton-go/baton/locks/memory"
 	"github.com/baton-go/baton/locks/pglock"
 	lockredis "github.com/baton-go/baton/locks/redis"
 )
 
 // demoBackend is where the demo's instances keep their state: the memory
-// stores, or a PostgreSQL schema (with advisory or Redis locks).
+// stores, or a PostgreSQL schema (with advisory or Redis locks). With a
+// Coordination, the backend keeps the outbox, the projections and the
+// profiles only; its instances' Leases and Locks are left nil.
 type demoBackend interface {
 	// Describe says what the instances run on, for the header.
 	Describe() string
@@ -43,7 +45,8 @@ type demoBackend interface {
 	// Outbox is an outbox store for the demo itself: progress and the
 	// final verification.
 	Outbox() outbox.Store
-	// KillStory says what a kill does to the instance's locks.
+	// KillStory says what a kill does to the instance's locks (with a
+	// Coordination: to the rest, or "" when there is nothing to say).
 	KillStory() string
 	// LockFailover is how long a crashed leader's lock can keep the
 	// others out, and why, for the failover bound.
@@ -106,23 +109,30 @@ func randomHex(n int) string {
 // memoryBackend is the embedded default: memory stores and memory locks
 // shared by the instances, as one database and one lock server would be.
 type memoryBackend struct {
-	t        demoTimings
-	leases   *memory.LeaseStore
-	outbox   *memory.OutboxStore
-	proj     *memory.ProjectionStore
-	locks    *lockmem.Provider
-	profiles *memProfiles
+	t           Timings
+	coordinated bool // the leases and locks live elsewhere
+	leases      *memory.LeaseStore
+	outbox      *memory.OutboxStore
+	proj        *memory.ProjectionStore
+	locks       *lockmem.Provider
+	profiles    *memProfiles
 }
 
-func newMemoryBackend(t demoTimings) *memoryBackend {
-	return &memoryBackend{t: t}
+func newMemoryBackend(t Timings, coordinated bool) *memoryBackend {
+	return &memoryBackend{t: t, coordinated: coordinated}
 }
 
 func (b *memoryBackend) Describe() string {
+	if b.coordinated {
+		return "memory stores (backends/memory) for the outbox, the projections and the profiles"
+	}
 	return "memory stores (backends/memory), memory locks (locks/memory); no server needed"
 }
 
 func (b *memoryBackend) KillStory() string {
+	if b.coordinated {
+		return ""
+	}
 	return "its lock lapses after its TTL, as a crashed holder's would (memory locks live in this process, so the demo lets it lapse)"
 }
 
@@ -150,11 +160,9 @@ func (b *memoryBackend) Setup(context.Context) error {
 }
 
 func (b *memoryBackend) Instance(context.Context, string) (*instanceDeps, error) {
-	return &instanceDeps{
-		Leases:     b.leases,
+	deps := &instanceDeps{
 		Outbox:     b.outbox,
 		Projection: b.proj,
-		Locks:      b.locks,
 		Begin: func(ctx context.Context) (profileTx, error) {
 			otx, err := b.outbox.Begin(ctx)
 			if err != nil {
@@ -162,10 +170,13 @@ func (b *memoryBackend) Instance(context.Context, string) (*instanceDeps, error)
 			}
 			return &memTx{p: b.profiles, otx: otx}, nil
 		},
-		LockLapse: b.t.LockTTL,
-		Crash:     func(context.Context) error { return nil },
-		Close:     func() {},
-	}, nil
+		Crash: func(context.Context) error { return nil },
+		Close: func() {},
+	}
+	if !b.coordinated {
+		deps.Leases, deps.Locks, deps.LockLapse = b.leases, b.locks, b.t.LockTTL
+	}
+	return deps, nil
 }
 
 func (b *memoryBackend) Outbox() outbox.Store { return b.outbox }
@@ -297,10 +308,11 @@ func (tx *memTx) undo() {
 // postgresBackend runs the demo in a schema of its own on a real server,
 // with PostgreSQL advisory locks or, given an address, Redis locks.
 type postgresBackend struct {
-	t         demoTimings
-	url       string
-	redisAddr string
-	keep      bool
+	t           Timings
+	url         string
+	redisAddr   string
+	keep        bool
+	coordinated bool // the leases and locks live elsewhere
 
 	tag     string // random: names the schema, the application names, the Redis prefix
 	schema  string
@@ -309,12 +321,15 @@ type postgresBackend struct {
 	created bool
 }
 
-func newPostgresBackend(t demoTimings, url, redisAddr string, keep bool) *postgresBackend {
+func newPostgresBackend(t Timings, url, redisAddr string, keep, coordinated bool) *postgresBackend {
 	tag := randomHex(4)
-	return &postgresBackend{t: t, url: url, redisAddr: redisAddr, keep: keep, tag: tag, schema: "baton_demo_" + tag}
+	return &postgresBackend{t: t, url: url, redisAddr: redisAddr, keep: keep, coordinated: coordinated, tag: tag, schema: "baton_demo_" + tag}
 }
 
 func (b *postgresBackend) Describe() string {
+	if b.coordinated {
+		return fmt.Sprintf("PostgreSQL stores (backends/pgxstore) in schema %s for the outbox, the projections and the profiles", b.schema)
+	}
 	locks := "PostgreSQL advisory locks (locks/pglock)"
 	if b.redisAddr != "" {
 		locks = "Redis locks at " + b.redisAddr + " (locks/redis)"
@@ -323,6 +338,9 @@ func (b *postgresBackend) Describe() string {
 }
 
 func (b *postgresBackend) KillStory() string {
+	if b.coordinated {
+		return "its database sessions are terminated"
+	}
 	if b.redisAddr != "" {
 		return "its database sessions are terminated and its Redis client closed: its lock key expires after the TTL"
 	}
@@ -414,9 +432,6 @@ func (b *postgresBackend) Instance(ctx context.Context, name string) (*instanceD
 		pool.Close()
 		return nil, err
 	}
-	if deps.Leases, err = pgxstore.NewLeaseStore(pool, pgxstore.LeaseStoreOptions{Schema: b.schema, Channel: b.schema}); err != nil {
-		return fail(err)
-	}
 	outboxStore, err := pgxstore.NewOutboxStore(pool, pgxstore.OutboxStoreOptions{Schema: b.schema})
 	if err != nil {
 		return fail(err)
@@ -426,7 +441,9 @@ func (b *postgresBackend) Instance(ctx context.Context, name string) (*instanceD
 		return fail(err)
 	}
 	var client *goredis.Client
-	if b.redisAddr != "" {
+	switch {
+	case b.coordinated:
+	case b.redisAddr != "":
 		client = goredis.NewClient(&goredis.Options{Addr: b.redisAddr})
 		if deps.Locks, err = lockredis.NewProvider(client, lockredis.Options{
 			Prefix: b.redisPrefix(), TTL: b.t.LockTTL, SafetyMargin: b.t.LockSafetyMargin, Backoff: b.t.LockBackoff,
@@ -434,10 +451,17 @@ func (b *postgresBackend) Instance(ctx context.Context, name string) (*instanceD
 			_ = client.Close()
 			return fail(err)
 		}
-	} else if deps.Locks, err = pglock.NewProvider(pool, pglock.Options{
-		Schema: b.schema, PingInterval: b.t.PingInterval, Backoff: b.t.LockBackoff,
-	}); err != nil {
-		return fail(err)
+	default:
+		if deps.Locks, err = pglock.NewProvider(pool, pglock.Options{
+			Schema: b.schema, PingInterval: b.t.PingInterval, Backoff: b.t.LockBackoff,
+		}); err != nil {
+			return fail(err)
+		}
+	}
+	if !b.coordinated {
+		if deps.Leases, err = pgxstore.NewLeaseStore(pool, pgxstore.LeaseStoreOptions{Schema: b.schema, Channel: b.schema}); err != nil {
+			return fail(err)
+		}
 	}
 	var closeClient sync.Once
 	deps.Crash = func(ctx context.Context) error {

@@ -7,13 +7,18 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/baton-go/baton/backends/memory"
+	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/internal/testenv"
+	lockmem "github.com/baton-go/baton/locks/memory"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -205,5 +210,136 @@ func TestDemo_Postgres(t *testing.T) {
 				t.Errorf("the narrative does not say the schema was dropped:\n%s", out.String())
 			}
 		})
+	}
+}
+
+// testCoordination keeps the instances' leases and locks in stores of its
+// own, and counts what the demo does with them.
+type testCoordination struct {
+	leases *memory.LeaseStore
+	locks  *lockmem.Provider
+
+	mu         sync.Mutex
+	heartbeats map[string]int // by instance
+	crashed    []string
+	closed     []string
+	teardowns  int
+}
+
+func newTestCoordination(t *testing.T) *testCoordination {
+	t.Helper()
+	leases, err := memory.NewLeaseStore(memory.LeaseStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks, err := lockmem.NewProvider(lockmem.Options{TTL: 2 * time.Second, SafetyMargin: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCoordination{leases: leases, locks: locks, heartbeats: map[string]int{}}
+}
+
+func (c *testCoordination) Name() string     { return "test" }
+func (c *testCoordination) Describe() string { return "the test's own stores" }
+func (c *testCoordination) Timings(t Timings) Timings {
+	t.LeaseDuration, t.LockTTL = 3*time.Second, 2*time.Second
+	return t
+}
+func (c *testCoordination) LockTiming(t Timings) (string, string) {
+	return "test lock TTL " + t.LockTTL.String(), "7s"
+}
+func (c *testCoordination) KillStory() string { return "the test's sessions end" }
+func (c *testCoordination) RoleFailover(t Timings) (time.Duration, string) {
+	return t.LeaseDuration + t.RenewInterval, "test lease"
+}
+func (c *testCoordination) LockFailover(t Timings) (time.Duration, string) {
+	return t.LockTTL, "test lock"
+}
+func (c *testCoordination) Teardown(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.teardowns++
+	return nil
+}
+
+func (c *testCoordination) Instance(_ context.Context, name string, t Timings) (*CoordinatedInstance, error) {
+	if t.LeaseDuration != 3*time.Second {
+		return nil, fmt.Errorf("the instance got lease %v, not the coordination's timings", t.LeaseDuration)
+	}
+	record := func(list *[]string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		*list = append(*list, name)
+	}
+	return &CoordinatedInstance{
+		Leases: countingLeases{Store: c.leases, c: c, name: name},
+		Locks:  c.locks,
+		// The locks live in this process: a crashed holder's lapses as
+		// the memory backend's does.
+		LockLapse: t.LockTTL,
+		Crash:     func(context.Context) error { record(&c.crashed); return nil },
+		Close:     func() { record(&c.closed) },
+	}, nil
+}
+
+type countingLeases struct {
+	lease.Store
+	c    *testCoordination
+	name string
+}
+
+func (s countingLeases) Heartbeat(ctx context.Context, req lease.HeartbeatRequest) ([]lease.Record, error) {
+	s.c.mu.Lock()
+	s.c.heartbeats[s.name]++
+	s.c.mu.Unlock()
+	return s.Store.Heartbeat(ctx, req)
+}
+
+// TestDemo_Coordination runs the demo with its leases and locks on a
+// Coordination: every instance heartbeats through it, the backend's own
+// lease store is never used, the kill crashes the coordination's sessions
+// of the victim alone, and everything is closed and torn down at the end.
+func TestDemo_Coordination(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a full demo run; skipped with -short")
+	}
+	c := newTestCoordination(t)
+	var backendLeases []lease.Record
+	peek := func(ctx context.Context, d *demo) error {
+		var err error
+		backendLeases, err = d.backend.(*memoryBackend).leases.Read(ctx, []string{coordinatorRole})
+		return err
+	}
+	var out strings.Builder
+	res, err := Run(context.Background(), Config{Seed: 1, Out: &out, Coordination: c, beforeVerify: peek})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDemoResult(t, res)
+	if res.Backend != "memory+test" {
+		t.Errorf("backend %q, want memory+test", res.Backend)
+	}
+	text := out.String()
+	for _, want := range []string{"role leases, partitions and locks on the test's own stores", "lease 3s", "test lock TTL 2s", "the test's sessions end", "test lease + 1s allowance"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the narrative lacks %q:\n%s", want, text)
+		}
+	}
+	if len(backendLeases) != 0 {
+		t.Errorf("the backend's own lease store holds %+v; the leases belong to the coordination", backendLeases)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range instanceCount {
+		if name := fmt.Sprintf("instance-%d", i+1); c.heartbeats[name] == 0 {
+			t.Errorf("%s never heartbeat through the coordination (%v)", name, c.heartbeats)
+		}
+	}
+	if !slices.Equal(c.crashed, []string{"instance-1"}) {
+		t.Errorf("crashed %v, want the killed leader, instance-1, alone", c.crashed)
+	}
+	slices.Sort(c.closed)
+	if !slices.Equal(c.closed, []string{"instance-1", "instance-2", "instance-3"}) || c.teardowns != 1 {
+		t.Errorf("closed %v, %d teardowns; want every instance closed once and one teardown", c.closed, c.teardowns)
 	}
 }

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/graph/graphtest"
+	"github.com/baton-go/baton/internal/cli"
 	"github.com/baton-go/baton/internal/outboxtest"
 )
 

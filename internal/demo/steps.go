@@ -12,11 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/projection"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/graph/graphtest"
+	"github.com/baton-go/baton/internal/cli"
 	"github.com/baton-go/baton/internal/outboxtest"
 )
 
@@ -363,12 +363,11 @@ func (d *demo) stepKill(ctx context.Context) error {
 		d.logger.Warn("demo: crashing the instance's sessions failed", "err", err)
 	}
 	d.ui.logf("   killed %s at delivery %d, mid-traffic: it held %s", victim.name, delivered, strings.Join(held, ", "))
-	d.ui.logf("   nothing is released: its leases expire by the store's clock; %s", d.backend.KillStory())
+	d.ui.logf("   nothing is released: its leases expire by the store's clock; %s", d.killStory())
 
-	lockBound, lockWhy := d.backend.LockFailover()
+	lockBound, lockWhy, roleBound, roleWhy := d.failoverBounds()
 	lockBound += d.t.Allowance
-	roleBound := d.t.LeaseDuration + d.t.RenewInterval + d.t.Allowance
-	roleWhy := fmt.Sprintf("lease %s + renew %s", d.t.LeaseDuration.String(), d.t.RenewInterval.String())
+	roleBound += d.t.Allowance
 	allow := " + " + d.t.Allowance.String() + " allowance"
 
 	var coordAt, partsAt time.Time

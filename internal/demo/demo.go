@@ -6,25 +6,27 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/baton-go/baton/cmd/baton/internal/cli"
 	"github.com/baton-go/baton/core/lock"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/core/projection"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/graph/graphtest"
+	"github.com/baton-go/baton/internal/cli"
 )
 
 // instanceCount is how many instances of the demo service run.
 const instanceCount = 3
 
-// demoTimings are the demo's durations. They are much shorter than the
+// Timings are the demo's durations. They are much shorter than the
 // library's defaults so that a failover takes seconds, not a quarter of a
-// minute; the header says so.
-type demoTimings struct {
+// minute; the header says so. A Coordination may adjust them to what its
+// service grants.
+type Timings struct {
 	LeaseDuration    time.Duration
 	RenewInterval    time.Duration
 	HeldSafetyMargin time.Duration
@@ -44,8 +46,9 @@ type demoTimings struct {
 	Deadline time.Duration
 }
 
-func defaultTimings() demoTimings {
-	return demoTimings{
+// DefaultTimings are the timings of a demo run.
+func DefaultTimings() Timings {
+	return Timings{
 		LeaseDuration:    2 * time.Second,
 		RenewInterval:    400 * time.Millisecond,
 		HeldSafetyMargin: 300 * time.Millisecond,
@@ -82,12 +85,16 @@ type Config struct {
 	Postgres string // "" runs on the memory stores
 	Redis    string // with Postgres: Redis locks instead of advisory locks
 	Keep     bool   // keep the PostgreSQL schema
-	Seed     uint64
-	Timings  demoTimings
-	Scale    demoScale
-	Out      io.Writer // the narrative
-	TTY      bool      // redraw the progress line in place
-	Logger   *slog.Logger
+	// Coordination, if set, holds the instances' role leases, partitions
+	// and locks instead of the memory or PostgreSQL stores, which keep the
+	// outbox, the projections and the profiles. Not with Redis.
+	Coordination Coordination
+	Seed         uint64
+	Timings      Timings
+	Scale        demoScale
+	Out          io.Writer // the narrative
+	TTY          bool      // redraw the progress line in place
+	Logger       *slog.Logger
 	// beforeVerify, for tests, runs after the scenario and before the
 	// verification (to show the verification catches what it should).
 	beforeVerify func(ctx context.Context, d *demo) error
@@ -167,7 +174,7 @@ type Check struct {
 // demo is one run of the scenario.
 type demo struct {
 	opts  Config
-	t     demoTimings
+	t     Timings
 	scale demoScale
 
 	ui      *ui
@@ -200,8 +207,14 @@ type demo struct {
 // scenario could not run (or was interrupted); a run that completed returns
 // its result, Passed or not.
 func Run(ctx context.Context, opts Config) (*Result, error) {
-	if opts.Timings == (demoTimings{}) {
-		opts.Timings = defaultTimings()
+	if opts.Timings == (Timings{}) {
+		opts.Timings = DefaultTimings()
+	}
+	if opts.Coordination != nil {
+		if opts.Redis != "" {
+			return nil, cli.Usagef("Redis locks and a Coordination: the locks live in one place or the other")
+		}
+		opts.Timings = opts.Coordination.Timings(opts.Timings)
 	}
 	if opts.Scale == (demoScale{}) {
 		opts.Scale = defaultScale()
@@ -219,17 +232,21 @@ func Run(ctx context.Context, opts Config) (*Result, error) {
 		parkedIDs: map[outbox.ID]bool{}, requeuedIDs: map[outbox.ID]bool{},
 		res: &Result{Seed: opts.Seed},
 	}
+	coordinated := opts.Coordination != nil
 	if opts.Postgres == "" {
-		d.backend = newMemoryBackend(d.t)
+		d.backend = newMemoryBackend(d.t, coordinated)
 		d.res.Backend = "memory"
 	} else {
-		pb := newPostgresBackend(d.t, opts.Postgres, opts.Redis, opts.Keep)
+		pb := newPostgresBackend(d.t, opts.Postgres, opts.Redis, opts.Keep, coordinated)
 		d.backend = pb
 		d.res.Backend = "postgres+pg-locks"
 		if opts.Redis != "" {
 			d.res.Backend = "postgres+redis-locks"
 		}
 		d.res.Schema = pb.schema
+	}
+	if coordinated {
+		d.res.Backend = strings.TrimSuffix(d.res.Backend, "+pg-locks") + "+" + opts.Coordination.Name()
 	}
 	return d.run(ctx)
 }
@@ -264,6 +281,14 @@ func (d *demo) run(ctx context.Context) (res *Result, err error) {
 		d.receiver.close()
 		for _, t := range []*http.Transport{d.proxyTransport, d.hookTransport, d.client.Transport.(*http.Transport)} {
 			t.CloseIdleConnections()
+		}
+		if c := d.opts.Coordination; c != nil {
+			if terr := c.Teardown(cctx); terr != nil {
+				d.ui.textf("cleanup: %v\n", terr)
+				if err == nil {
+					err = terr
+				}
+			}
 		}
 		if terr := d.backend.Teardown(cctx); terr != nil {
 			d.ui.textf("cleanup: %v\n", terr)
@@ -359,12 +384,18 @@ func newTransport() *http.Transport {
 func (d *demo) header() {
 	t := d.t
 	lockTiming, lockDefault := "lock TTL "+t.LockTTL.String(), "3s"
-	if d.opts.Postgres != "" && d.opts.Redis == "" {
+	switch {
+	case d.opts.Coordination != nil:
+		lockTiming, lockDefault = d.opts.Coordination.LockTiming(t)
+	case d.opts.Postgres != "" && d.opts.Redis == "":
 		lockTiming, lockDefault = "lock session ping "+t.PingInterval.String(), "1s"
-	} else if d.opts.Redis != "" {
+	case d.opts.Redis != "":
 		lockDefault = "10s"
 	}
 	where := d.backend.Describe()
+	if c := d.opts.Coordination; c != nil {
+		where += ";\n            role leases, partitions and locks on " + c.Describe()
+	}
 	d.ui.textf(`baton demo: three instances of a small "profiles" service, in one process
   runs on   %s;
             the graph engine is the fake one from graph/graphtest

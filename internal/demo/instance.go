@@ -55,7 +55,7 @@ type instance struct {
 
 func newInstance(ctx context.Context, d *demo, idx int) (*instance, error) {
 	in := &instance{d: d, idx: idx, name: fmt.Sprintf("instance-%d", idx+1)}
-	deps, err := d.backend.Instance(ctx, in.name)
+	deps, err := d.instanceDeps(ctx, in.name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", in.name, err)
 	}

@@ -1,7 +1,8 @@
-// Package cli holds what the baton command's parts share: the error that
-// means bad input (exit status 2) and the one that means interrupted (130),
-// connecting to PostgreSQL without ever printing a password, and how
-// durations and table cells are printed.
+// Package cli holds what the commands share (the baton command's parts,
+// the demo, and the nested modules' commands): running a command tree with
+// its exit statuses, the error that means bad input (exit status 2) and the
+// one that means interrupted (130), connecting to PostgreSQL without ever
+// printing a password, and how durations and table cells are printed.
 package cli
 
 import (
