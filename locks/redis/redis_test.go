@@ -286,20 +286,9 @@ func TestAcquire_WaitingOutARestartHoldsTheKeyAndACancelGivesItBack(t *testing.T
 		done <- err
 	}()
 	// Wait until the waiting acquisition has set the key.
-	for {
-		n, err := client.Exists(context.Background(), p.LockKey("quarantine")).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 1 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("Acquire returned %v before the server had been up a TTL", err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	untilWaiting(t, done, func() (int64, error) {
+		return client.Exists(context.Background(), p.LockKey("quarantine")).Result()
+	})
 	if _, err := p.Acquire(context.Background(), "quarantine", lock.AcquireOptions{}); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("a second Acquire during the wait: %v, want lock.ErrNotAcquired", err)
 	}
@@ -327,21 +316,30 @@ func TestAcquire_ALockLostWhileWaitingOutARestartIsNotGranted(t *testing.T) {
 		_, err := p.Acquire(context.Background(), "lost", lock.AcquireOptions{})
 		done <- err
 	}()
+	untilWaiting(t, done, func() (int64, error) {
+		return client.Del(context.Background(), p.LockKey("lost")).Result()
+	})
+	if err := <-done; !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("Acquire after its key was deleted during the wait: %v, want lock.ErrNotAcquired", err)
+	}
+}
+
+// untilWaiting calls keyOp until it answers 1 (the waiting acquisition's
+// key was there), failing if the acquisition returned (on done) first.
+func untilWaiting(t *testing.T, done <-chan error, keyOp func() (int64, error)) {
+	t.Helper()
 	for {
-		n, err := client.Del(context.Background(), p.LockKey("lost")).Result()
+		n, err := keyOp()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n == 1 {
-			break
+			return
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("Acquire returned %v before the server had been up a TTL", err)
 		case <-time.After(5 * time.Millisecond):
 		}
-	}
-	if err := <-done; !errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("Acquire after its key was deleted during the wait: %v, want lock.ErrNotAcquired", err)
 	}
 }
