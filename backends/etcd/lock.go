@@ -77,8 +77,9 @@ func (o LockProviderOptions) validate() error {
 	switch {
 	case o.TTL < time.Second || o.TTL%time.Second != 0:
 		return bad("TTL", "is %v; it must be a whole number of seconds, at least 1s (etcd leases are)", o.TTL)
-	case o.SafetyMargin < 0 || o.SafetyMargin >= o.TTL-o.TTL/3:
-		return bad("SafetyMargin", "is %v; it must be at least 0 and below two thirds of TTL (%v)", o.SafetyMargin, o.TTL)
+	}
+	if err := lock.CheckSafetyMargin("etcd.LockProviderOptions.SafetyMargin", o.TTL, o.SafetyMargin); err != nil {
+		return err
 	}
 	if err := o.Backoff.Validate(); err != nil {
 		return config.Wrap(lock.ErrInvalidOptions, "etcd.LockProviderOptions", err)

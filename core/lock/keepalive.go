@@ -277,3 +277,14 @@ func (k *Keepalive) extend(until time.Duration) {
 		k.validUntil.Store(int64(until))
 	}
 }
+
+// CheckSafetyMargin is the rule every TTL lock's options keep: the
+// keepalive refreshes every TTL/3, so the margin must be at least 0 and
+// below the two thirds of TTL left after one interval, or trust would end
+// before the next refresh. field names the margin in the error.
+func CheckSafetyMargin(field string, ttl, margin time.Duration) error {
+	if margin < 0 || margin >= ttl-ttl/3 {
+		return config.Invalid(ErrInvalidOptions, field, "is %v; it must be at least 0 and below two thirds of TTL (%v)", margin, ttl)
+	}
+	return nil
+}

@@ -60,9 +60,8 @@ func (o Options) validate() error {
 	if o.TTL < 0 {
 		return config.Invalid(lock.ErrInvalidOptions, "memory.Options.TTL", "is %v; it must be positive", o.TTL)
 	}
-	if o.SafetyMargin < 0 || o.SafetyMargin >= o.TTL-o.TTL/3 {
-		return config.Invalid(lock.ErrInvalidOptions, "memory.Options.SafetyMargin", "is %v; it must be at least 0 and below two thirds of TTL (%v)",
-			o.SafetyMargin, o.TTL)
+	if err := lock.CheckSafetyMargin("memory.Options.SafetyMargin", o.TTL, o.SafetyMargin); err != nil {
+		return err
 	}
 	return o.Backoff.Validate()
 }

@@ -90,9 +90,9 @@ func (o Options) validate() error {
 		return config.Invalid(lock.ErrInvalidOptions, "redis.Options.Prefix", "%q contains a brace; braces are reserved for hash tags", o.Prefix)
 	case o.TTL < 3*time.Millisecond:
 		return config.Invalid(lock.ErrInvalidOptions, "redis.Options.TTL", "is %v; it must be at least 3ms (Redis expiries are in milliseconds)", o.TTL)
-	case o.SafetyMargin < 0 || o.SafetyMargin >= o.TTL-o.TTL/3:
-		return config.Invalid(lock.ErrInvalidOptions, "redis.Options.SafetyMargin", "is %v; it must be at least 0 and below two thirds of TTL (%v)",
-			o.SafetyMargin, o.TTL)
+	}
+	if err := lock.CheckSafetyMargin("redis.Options.SafetyMargin", o.TTL, o.SafetyMargin); err != nil {
+		return err
 	}
 	return o.Backoff.Validate()
 }
