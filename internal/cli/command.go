@@ -60,7 +60,7 @@ func Execute(ctx context.Context, root *cobra.Command, args []string, rawStdout,
 		fmt.Fprintf(stderr, "%s: interrupted\n", root.Name())
 		return ExitInterrupted
 	}
-	fmt.Fprintf(stderr, "%s: %s\n", root.Name(), OneLine(err.Error()))
+	fmt.Fprintf(stderr, "%s: %s\n", root.Name(), Message(err))
 	var u *UsageError
 	if errors.As(err, &u) || !accepted {
 		// cobra's own errors (unknown command or flag, wrong argument
