@@ -119,7 +119,7 @@ func TestUnreachableDatabase_OneErrorLineSaidOnce(t *testing.T) {
 	for _, url := range []string{"postgres://127.0.0.1:1/x", "postgres://localhost:1/x?connect_timeout=2"} {
 		for _, args := range [][]string{
 			{"outbox", "status"}, {"outbox", "dead", "list"}, {"leases"}, {"verify"}, {"schema", "status"},
-			{"migrate"}, {"migrate", "--dry-run"},
+			{"migrate"}, {"migrate", "--dry-run"}, {"bench", "--count", "10"},
 		} {
 			r := runCLI(t, append(args, "--postgres", url)...).wantCode(t, exitFailure)
 			line := strings.TrimSuffix(r.stderr, "\n")
