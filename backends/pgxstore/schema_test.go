@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"slices"
@@ -744,5 +745,95 @@ func TestMigrate_RefusesALaterMigrationsTablesWithoutTheEarlierOnes(t *testing.T
 	}
 	if got := tablesIn(t, ctx, env, env.Schema); !slices.Equal(got, []string{"baton_outbox", "baton_outbox_dead", "baton_outbox_state"}) {
 		t.Errorf("tables = %q, want those the file made and nothing more", got)
+	}
+}
+
+// schemaError returns VerifySchema's *SchemaError, checking that it has
+// one Repair per problem, in the same order.
+func schemaError(t *testing.T, ctx context.Context, env *testenv.PostgresEnv) *SchemaError {
+	t.Helper()
+	err := VerifySchema(ctx, env.Pool, VerifyOptions{})
+	var se *SchemaError
+	if !errors.As(err, &se) {
+		t.Fatalf("VerifySchema = %v, want a *SchemaError", err)
+	}
+	if len(se.Repairs) != len(se.Problems) {
+		t.Fatalf("%d repairs for %d problems", len(se.Repairs), len(se.Problems))
+	}
+	for i, r := range se.Repairs {
+		if r.Problem != se.Problems[i] {
+			t.Errorf("repair %d is of %q, problem %d is %q", i, r.Problem, i, se.Problems[i])
+		}
+		for _, s := range r.DDL {
+			if !slices.Contains(se.DDL, s) {
+				t.Errorf("repair %q runs %q, which DDL lacks", r.Problem, s)
+			}
+		}
+	}
+	return se
+}
+
+func TestVerifySchema_RepairsSayWhatMigrateFixesByItselfAndWhatTakesStatements(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	mustExec(t, ctx, env, "ALTER TABLE baton_role_leases DROP COLUMN holder_address", "DROP INDEX baton_outbox_walk")
+	column := Repair{Problem: "column baton_role_leases.holder_address is missing (want text NOT NULL)",
+		DDL: []string{`ALTER TABLE "baton_role_leases" ADD COLUMN holder_address text NOT NULL DEFAULT ''`}}
+	index := Repair{Problem: "index baton_outbox_walk on baton_outbox is missing (want not unique (xid, id))", Migrate: true,
+		DDL: []string{"CREATE INDEX baton_outbox_walk ON baton_outbox (xid, id)"}}
+	same := func(a, b Repair) bool {
+		return a.Problem == b.Problem && a.Migrate == b.Migrate && slices.Equal(a.DDL, b.DDL)
+	}
+	if se := schemaError(t, ctx, env); !slices.EqualFunc(se.Repairs, []Repair{column, index}, same) || se.MigrateRepairs() != 1 {
+		t.Errorf("repairs\n%+v\nwant the column's statement, and the index Migrate's", se.Repairs)
+	}
+	// Migrate's own report lists what it left: nothing it fixes by itself.
+	var left *SchemaError
+	if err := Migrate(ctx, env.Pool, MigrateOptions{}); !errors.As(err, &left) || !slices.EqualFunc(left.Repairs, []Repair{column}, same) {
+		t.Errorf("Migrate = %v, want the column left, with its statement", err)
+	}
+
+	// The migration's tables are there, only its record is lost: Migrate
+	// would run it again, and fail.
+	mustExec(t, ctx, env, "DELETE FROM baton_schema_migrations WHERE version = "+strconv.Itoa(latestVersion))
+	se := schemaError(t, ctx, env)
+	record := Repair{Problem: fmt.Sprintf("baton_schema_migrations records migration version %d, want %d", latestVersion-1, latestVersion),
+		DDL: []string{fmt.Sprintf("INSERT INTO baton_schema_migrations (version, name) VALUES (%d, '%s')", latestVersion, KnownMigrations()[latestVersion-1].Name)}}
+	if !slices.EqualFunc(se.Repairs, []Repair{column, index, record}, same) {
+		t.Errorf("repairs\n%+v\nwant the record's statement too", se.Repairs)
+	}
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, s := range append([]string{"SET LOCAL search_path TO " + pgx.Identifier{env.Schema}.Sanitize()}, se.DDL...) {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("after the statements: %v", err)
+	}
+}
+
+func TestVerifySchema_MigrateRepairsAnOlderSchemaByItself(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	mustExec(t, ctx, env, "DROP TABLE baton_projection_detail, baton_projection_header CASCADE",
+		"DROP SEQUENCE IF EXISTS baton_projection_generation", "DELETE FROM baton_schema_migrations WHERE version = 4")
+
+	se := schemaError(t, ctx, env)
+	if se.MigrateRepairs() != len(se.Repairs) || len(se.DDL) != 0 {
+		t.Errorf("repairs %+v, DDL %q: want every one Migrate's, with no statement (run alone, they would make Migrate fail)", se.Repairs, se.DDL)
+	}
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("after Migrate: %v", err)
 	}
 }
