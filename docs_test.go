@@ -89,6 +89,7 @@ var docImports = map[string]string{
 	"graphtest":   module + "/graph/graphtest",
 	"bunstore":    module + "/backends/bunstore",
 	"conformance": module + "/conformance",
+	"console":     module + "/console",
 	"testenv":     module + "/internal/testenv",
 	// drivers
 	"pgx":     "github.com/jackc/pgx/v5",

@@ -12,8 +12,9 @@ import (
 
 // countingStore is an adapter of its own: a lease.Store that counts the
 // heartbeats it passes on to the memory store. It embeds the interface,
-// not the memory store, so the memory store's WatchReleases stays hidden:
-// this adapter announces no releases, and its features say so.
+// not the memory store, so the memory store's WatchReleases and List stay
+// hidden: this adapter announces no releases and lists no roles, and its
+// features say so.
 type countingStore struct {
 	lease.Store
 	heartbeats atomic.Int64
@@ -35,5 +36,5 @@ func TestCountingStore_Conformance(t *testing.T) {
 		st := &countingStore{Store: memLeases}
 		t.Cleanup(func() { t.Logf("%d heartbeats", st.heartbeats.Load()) })
 		return conformance.LeaseHarness{Store: st}
-	}, conformance.LeaseFeatures{NoReleaseWatch: true})
+	}, conformance.LeaseFeatures{NoReleaseWatch: true, NoList: true})
 }

@@ -35,6 +35,9 @@ type LeaseFeatures struct {
 	// Otherwise the store must implement it, and a release must be
 	// announced within 1s.
 	NoReleaseWatch bool
+	// NoList means the store does not implement lease.Lister; the listing
+	// subtest is skipped. Otherwise the store must implement it.
+	NoList bool
 	// ShortLease is the lease of the subtests that wait for one to expire;
 	// 0 means 400ms. A store whose leases come in a coarser grain, or with
 	// a floor, sets the shortest it grants exactly: etcd grants whole
@@ -77,7 +80,8 @@ const (
 
 // RunLeaseStore runs the lease.Store contract against the stores the
 // factory returns: one subtest per rule written on lease.Store and
-// lease.ReleaseWatcher (L1, L2, ...), named as docs/adapters.md lists them.
+// the optional lease.ReleaseWatcher and lease.Lister (L1, L2, ...), named
+// as docs/adapters.md lists them.
 //
 // Several subtests wait for a short lease to expire, in real time: the
 // store's clock must run at the pace of the test's.
@@ -100,7 +104,7 @@ func newLeaseSuite(factory func(t *testing.T) LeaseHarness, features LeaseFeatur
 
 // checks lists the suite's subtests, area by area.
 func (s *leaseSuite) checks() []check {
-	return concat(s.takeChecks(), s.renewChecks(), s.releaseChecks(), s.announceChecks(), s.inputChecks())
+	return concat(s.takeChecks(), s.renewChecks(), s.releaseChecks(), s.announceChecks(), s.inputChecks(), s.listChecks())
 }
 
 // leaseBundle is what every lease subtest starts from.

@@ -72,6 +72,8 @@ var leaseVariants = []leaseVariant{
 				return conformance.LeaseHarness{Store: noTables{err: errors.New(`relation "baton_role_leases" does not exist`)}}
 			}
 		}},
+	{variant: variant{"list-shows-released-as-live", "L23", "ListsEveryRoleWithARow"},
+		store: func(st *memory.LeaseStore, _ *leaseClock) lease.Store { return listAllLive{st} }},
 }
 
 func leaseBroken() brokenSuite {

@@ -164,6 +164,9 @@ func (s *leaseSuite) cancelled(t *testing.T, env leaseBundle) {
 	if w, ok := h.Store.(lease.ReleaseWatcher); ok && !s.f.NoReleaseWatch {
 		calls = append(calls, call{"WatchReleases", func(ctx context.Context) error { return w.WatchReleases(ctx, func(string) {}) }})
 	}
+	if l, ok := h.Store.(lease.Lister); ok && !s.f.NoList {
+		calls = append(calls, call{"List", func(ctx context.Context) error { return ignore(l.List(ctx)) }})
+	}
 	checkCancelled(t, calls...)
 	if _, ok := readOne(t, env.ctx, h.Store, role); ok {
 		t.Error("a Heartbeat with a cancelled context wrote the role")
@@ -181,11 +184,15 @@ func (s *leaseSuite) unmigrated(t *testing.T, env leaseBundle) {
 		t.Fatal("conformance: Unmigrated returned no Store")
 	}
 	role := uniqueName(t, "unmigrated")
-	checkSchemaMismatch(t, env.h.SchemaMismatch,
-		call{"Heartbeat", func(ctx context.Context) error {
+	calls := []call{
+		{"Heartbeat", func(ctx context.Context) error {
 			return ignore(st.Heartbeat(ctx, lease.HeartbeatRequest{Holder: holderA, LeaseDuration: longLease, Claims: []lease.Claim{{Role: role}}}))
 		}},
-		call{"Release", func(ctx context.Context) error { return ignore(st.Release(ctx, role, holderA, 1)) }},
-		call{"Read", func(ctx context.Context) error { return ignore(st.Read(ctx, []string{role})) }},
-	)
+		{"Release", func(ctx context.Context) error { return ignore(st.Release(ctx, role, holderA, 1)) }},
+		{"Read", func(ctx context.Context) error { return ignore(st.Read(ctx, []string{role})) }},
+	}
+	if l, ok := st.(lease.Lister); ok && !s.f.NoList {
+		calls = append(calls, call{"List", func(ctx context.Context) error { return ignore(l.List(ctx)) }})
+	}
+	checkSchemaMismatch(t, env.h.SchemaMismatch, calls...)
 }

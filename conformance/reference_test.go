@@ -42,6 +42,7 @@ func (n noTables) Release(context.Context, string, string, uint64) (bool, error)
 	return false, n.fail("release")
 }
 func (n noTables) Read(context.Context, []string) ([]lease.Record, error) { return nil, n.fail("read") }
+func (n noTables) List(context.Context) ([]lease.Listed, error)           { return nil, n.fail("list") }
 
 func (n noTables) Scan(context.Context, outbox.Cursor, int) ([]outbox.Entry, error) {
 	return nil, n.fail("scan")

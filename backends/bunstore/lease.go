@@ -25,8 +25,9 @@ const DefaultLeaseChannel = pgsql.DefaultLeaseChannel
 type LeaseStoreOptions = pgsql.LeaseStoreOptions
 
 // LeaseStore is the lease.Store over baton_role_leases, on any bun.IDB
-// (its Heartbeat, Release and Read), and a lease.ReleaseWatcher through
-// LISTEN/NOTIFY. Create it with NewLeaseStore.
+// (its Heartbeat, Release and Read), a lease.Lister (List, for operators)
+// and a lease.ReleaseWatcher through LISTEN/NOTIFY. Create it with
+// NewLeaseStore.
 //
 // Its statements are the pgx adapter's, so bun and pgx nodes can share one
 // lease table: every rule is decided inside single statements by the
@@ -42,6 +43,7 @@ type LeaseStore struct {
 var (
 	_ lease.Store          = (*LeaseStore)(nil)
 	_ lease.ReleaseWatcher = (*LeaseStore)(nil)
+	_ lease.Lister         = (*LeaseStore)(nil)
 )
 
 // NewLeaseStore returns a LeaseStore over db, or an error naming the first

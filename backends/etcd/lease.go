@@ -72,7 +72,8 @@ func (o LeaseStoreOptions) validate() error {
 	return nil
 }
 
-// LeaseStore is the lease.Store on etcd, and a lease.ReleaseWatcher.
+// LeaseStore is the lease.Store on etcd, a lease.ReleaseWatcher and a
+// lease.Lister.
 // Create it with NewLeaseStore.
 //
 // A held role is the key Prefix+"lease/role/"+role, attached to an etcd
@@ -117,6 +118,7 @@ type LeaseStore struct {
 var (
 	_ lease.Store          = (*LeaseStore)(nil)
 	_ lease.ReleaseWatcher = (*LeaseStore)(nil)
+	_ lease.Lister         = (*LeaseStore)(nil)
 )
 
 // holderState is what this store instance knows of one holder's sessions
@@ -681,6 +683,64 @@ func (s *LeaseStore) Read(ctx context.Context, roles []string) ([]lease.Record, 
 				out = append(out, v.record(role, v.Token, false))
 			}
 		}
+	}
+	return out, nil
+}
+
+// List implements lease.Lister: the role keys and released records under
+// the prefix, read in one linearizable transaction. A role key is a live
+// term (etcd deletes it when its lease runs out), whose Remaining is its
+// etcd lease's time to live, in etcd's whole seconds. A released record
+// is not live; etcd has no clock to read, so its Remaining counts from
+// the release by this instance's clock.
+func (s *LeaseStore) List(ctx context.Context) ([]lease.Listed, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	resp, err := s.client.Txn(ctx).Then(
+		clientv3.OpGet(s.rolePrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(s.freePrefix, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, mapErr("list", err)
+	}
+	var out []lease.Listed
+	held := map[string]bool{}
+	left := map[clientv3.LeaseID]time.Duration{} // one question per session, shared by its roles
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		v, err := decodeValue(kv)
+		if err != nil {
+			return nil, err
+		}
+		id := clientv3.LeaseID(kv.Lease)
+		d, asked := left[id]
+		if !asked {
+			ttl, err := s.client.TimeToLive(ctx, id)
+			switch {
+			case errors.Is(mapErr("list", err), errLeaseGone):
+				d = -time.Second // revoked since the read: the term has just ended
+			case err != nil:
+				return nil, mapErr("list", err)
+			default:
+				d = time.Duration(ttl.TTL) * time.Second
+			}
+			left[id] = d
+		}
+		role := strings.TrimPrefix(string(kv.Key), s.rolePrefix)
+		held[role] = true
+		out = append(out, lease.Listed{Record: v.record(role, uint64(kv.CreateRevision), false), Live: d > 0, Remaining: d})
+	}
+	now := time.Now()
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		role := strings.TrimPrefix(string(kv.Key), s.freePrefix)
+		if held[role] {
+			continue // taken again; Read shows the role key too
+		}
+		v, err := decodeValue(kv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, lease.Listed{Record: v.record(role, v.Token, false), Remaining: min(0, time.Unix(0, v.ExpiresAt).Sub(now))})
 	}
 	return out, nil
 }

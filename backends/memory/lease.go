@@ -18,7 +18,8 @@ type LeaseStoreOptions struct {
 	Now func() time.Time
 }
 
-// LeaseStore is a lease.Store kept in memory, and a lease.ReleaseWatcher.
+// LeaseStore is a lease.Store kept in memory, a lease.ReleaseWatcher and a
+// lease.Lister.
 // Create it with NewLeaseStore. It is safe for concurrent use.
 type LeaseStore struct {
 	now func() time.Time
@@ -33,6 +34,7 @@ type LeaseStore struct {
 var (
 	_ lease.Store          = (*LeaseStore)(nil)
 	_ lease.ReleaseWatcher = (*LeaseStore)(nil)
+	_ lease.Lister         = (*LeaseStore)(nil)
 )
 
 // leaseRow is one role's row. Rows are never removed, so a role's token
@@ -175,6 +177,22 @@ func (s *LeaseStore) Read(ctx context.Context, roles []string) ([]lease.Record, 
 		}
 	}
 	return records, nil
+}
+
+// List implements lease.Lister: every row, live or not by the store's
+// clock.
+func (s *LeaseStore) List(ctx context.Context) ([]lease.Listed, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	out := make([]lease.Listed, 0, len(s.rows))
+	for role, row := range s.rows {
+		out = append(out, lease.Listed{Record: row.record(role, false), Live: row.expiresAt.After(now), Remaining: row.expiresAt.Sub(now)})
+	}
+	return out, nil
 }
 
 // releaseSubscriber is one WatchReleases call. Releases queue up without

@@ -26,8 +26,8 @@ const DefaultLeaseChannel = pgsql.DefaultLeaseChannel
 type LeaseStoreOptions = pgsql.LeaseStoreOptions
 
 // LeaseStore is the lease.Store over the baton_role_leases table (its
-// Heartbeat, Release and Read), and a lease.ReleaseWatcher through
-// LISTEN/NOTIFY. Create it with NewLeaseStore.
+// Heartbeat, Release and Read), a lease.Lister (List, for operators) and a
+// lease.ReleaseWatcher through LISTEN/NOTIFY. Create it with NewLeaseStore.
 //
 // Every rule is decided inside single SQL statements, by the database
 // clock (now(), the statement's transaction start): the clocks of the
@@ -36,7 +36,7 @@ type LeaseStoreOptions = pgsql.LeaseStoreOptions
 // statement whatever the number of claims; a LeaseDuration that is not a
 // whole number of microseconds is rounded up to the next one.
 //
-// Heartbeat, Release and Read work through any pooler; WatchReleases needs
+// Heartbeat, Release, Read and List work through any pooler; WatchReleases needs
 // a session of its own for LISTEN, so behind PgBouncer in transaction mode
 // it hears nothing: give it a direct or session-pooled pool.
 type LeaseStore struct {
@@ -47,6 +47,7 @@ type LeaseStore struct {
 var (
 	_ lease.Store          = (*LeaseStore)(nil)
 	_ lease.ReleaseWatcher = (*LeaseStore)(nil)
+	_ lease.Lister         = (*LeaseStore)(nil)
 )
 
 // NewLeaseStore returns a LeaseStore over pool, or an error naming the first

@@ -4,61 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/internal/cli"
 )
-
-// LeaseRow is one row of baton_role_leases, with its expiry judged by the
-// database clock at the moment of reading.
-type LeaseRow struct {
-	lease.Record
-	// Live is expires_at > now() by the database clock: the holder's term
-	// has not ended. A released lease keeps its holder and token but is not
-	// live.
-	Live bool
-	// Remaining is expires_at − now() by the database clock; negative once
-	// the lease has expired.
-	Remaining time.Duration
-}
-
-// ReadAllLeases reads every row of baton_role_leases in schema, ordered by
-// role. lease.Store.Read needs the role names; an operator listing wants
-// them all, and expiry judged by the database's clock, never this machine's.
-func ReadAllLeases(ctx context.Context, db interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, schema string) ([]LeaseRow, error) {
-	rows, err := db.Query(ctx, `SELECT role, holder, holder_address, token, acquired_at, renewed_at, expires_at,
-		expires_at > now(), extract(epoch FROM expires_at - now())::float8
-		FROM `+pgx.Identifier{schema, pgxstore.LeaseTable}.Sanitize()+` ORDER BY role`)
-	if err != nil {
-		return nil, fmt.Errorf("read %s.%s: %w", schema, pgxstore.LeaseTable, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LeaseRow, error) {
-		var (
-			l       LeaseRow
-			token   int64
-			seconds float64
-		)
-		err := r.Scan(&l.Role, &l.Holder, &l.HolderAddress, &token, &l.AcquiredAt, &l.RenewedAt, &l.ExpiresAt, &l.Live, &seconds)
-		l.Token = uint64(token)
-		l.Remaining = time.Duration(seconds * float64(time.Second))
-		return l, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read %s.%s: %w", schema, pgxstore.LeaseTable, err)
-	}
-	// The order a person reads: devices:partition-2 before partition-10.
-	slices.SortStableFunc(out, func(a, b LeaseRow) int { return cli.NaturalCompare(a.Role, b.Role) })
-	return out, nil
-}
 
 func newLeasesCommand() *cobra.Command {
 	var f dbFlags
@@ -102,9 +56,15 @@ func runLeases(ctx context.Context, out io.Writer, f *dbFlags) error {
 	if err := db.requireTables(ctx, pgxstore.LeaseTable); err != nil {
 		return err
 	}
-	rows, err := ReadAllLeases(ctx, db.pool, db.schema)
+	store, err := pgxstore.NewLeaseStore(db.pool, pgxstore.LeaseStoreOptions{Schema: db.schema})
 	if err != nil {
-		return err
+		return schemaNameError(err)
+	}
+	// Expiry judged by the database's clock, never this machine's, in the
+	// order a person reads: devices:partition-2 before partition-10.
+	rows, err := lease.ListLeases(ctx, store)
+	if err != nil {
+		return fmt.Errorf("read %s.%s: %w", db.schema, pgxstore.LeaseTable, err)
 	}
 	if f.json {
 		list := make([]leaseJSON, len(rows))

@@ -267,7 +267,8 @@ func newDeadListCommand() *cobra.Command {
 		f      dbFlags
 		limit  int
 		before string
-		filter deadFilter
+		lane   string
+		state  string
 	)
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -282,8 +283,9 @@ has requeued yet, --state requeued those already replayed; --lane one lane's.`,
 			if limit < 1 || limit > outbox.MaxListLimit {
 				return cli.Usagef("--limit is %d; it must be from 1 to %d", limit, outbox.MaxListLimit)
 			}
-			if filter.state != "" && filter.state != stateWaiting && filter.state != stateRequeued {
-				return cli.Usagef("--state is %q; it must be %s or %s", filter.state, stateWaiting, stateRequeued)
+			st, err := outbox.ParseDeadState(state)
+			if err != nil {
+				return cli.Usagef("--state is %q; it must be %s or %s", state, outbox.DeadWaiting, outbox.DeadRequeued)
 			}
 			opts := outbox.ListOptions{Limit: limit}
 			if before != "" {
@@ -293,72 +295,24 @@ has requeued yet, --state requeued those already replayed; --lane one lane's.`,
 				}
 				opts.Before = id
 			}
-			return runDeadList(cmd.Context(), cmd.OutOrStdout(), &f, opts, filter)
+			return runDeadList(cmd.Context(), cmd.OutOrStdout(), &f, opts, outbox.DeadFilter{Lane: lane, State: st})
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().StringVar(&filter.state, "state", "", "list only dead letters in this state: waiting or requeued")
-	cmd.Flags().StringVar(&filter.lane, "lane", "", "list only dead letters of this lane")
+	cmd.Flags().StringVar(&state, "state", "", "list only dead letters in this state: waiting or requeued")
+	cmd.Flags().StringVar(&lane, "lane", "", "list only dead letters of this lane")
 	cmd.Flags().IntVar(&limit, "limit", outbox.DefaultListLimit, fmt.Sprintf("most dead letters to list, 1 to %d", outbox.MaxListLimit))
 	cmd.Flags().StringVar(&before, "before", "", "list only dead letters parked before this one (the last id of the previous page)")
 	return cmd
 }
 
-// The states dead list filters by.
-const (
-	stateWaiting  = "waiting"
-	stateRequeued = "requeued"
-)
-
-// deadFilter is dead list's --state and --lane; zero lists all.
-type deadFilter struct{ state, lane string }
-
-func (f deadFilter) matches(d outbox.DeadLetter) bool {
-	switch {
-	case f.lane != "" && d.Lane != f.lane,
-		f.state == stateWaiting && !d.RequeuedAs.IsNil(),
-		f.state == stateRequeued && d.RequeuedAs.IsNil():
-		return false
-	}
-	return true
-}
-
-// listDead reads up to opts.Limit dead letters that filter matches, in the
-// listing's order, reading the store's pages until it has them; the last
-// one listed continues the listing as --before.
-func listDead(ctx context.Context, store outbox.Store, opts outbox.ListOptions, filter deadFilter) ([]outbox.DeadLetter, error) {
-	if filter == (deadFilter{}) {
-		return store.ListDead(ctx, opts)
-	}
-	var out []outbox.DeadLetter
-	page := outbox.ListOptions{Limit: outbox.MaxListLimit, Before: opts.Before}
-	for {
-		list, err := store.ListDead(ctx, page)
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range list {
-			if filter.matches(d) {
-				out = append(out, d)
-				if len(out) == opts.Limit {
-					return out, nil
-				}
-			}
-		}
-		if len(list) < page.Limit {
-			return out, nil
-		}
-		page.Before = list[len(list)-1].ID
-	}
-}
-
-func runDeadList(ctx context.Context, out io.Writer, f *dbFlags, opts outbox.ListOptions, filter deadFilter) error {
+func runDeadList(ctx context.Context, out io.Writer, f *dbFlags, opts outbox.ListOptions, filter outbox.DeadFilter) error {
 	db, store, err := openOutbox(ctx, f)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	list, err := listDead(ctx, store, opts, filter)
+	list, err := outbox.ListDeadMatching(ctx, store, opts, filter)
 	if errors.Is(err, outbox.ErrNotFound) {
 		return cli.Usagef("--before: no dead letter %s in schema %q (was it deleted by retention?)", opts.Before, db.schema)
 	}

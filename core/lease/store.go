@@ -79,9 +79,10 @@ type Record struct {
 // judged by the store's own clock. Implementations must be safe for
 // concurrent use, also from several processes when the store is shared.
 //
-// The rules a store keeps are numbered L1 to L22 on the methods below;
-// conformance.RunLeaseStore checks each one with a subtest of its own
-// (docs/adapters.md lists which). Besides the methods' own:
+// The rules a store keeps are numbered L1 to L23 on the methods below and
+// on the optional ReleaseWatcher and Lister; conformance.RunLeaseStore
+// checks each one with a subtest of its own (docs/adapters.md lists
+// which). Besides the methods' own:
 //
 //   - L21 context: every method called with an ended context fails with an
 //     error that wraps ctx.Err(), however the adapter wraps its errors, and
@@ -154,6 +155,34 @@ type Store interface {
 	//     as the last write left it, with Held false; nil or no known role
 	//     is an empty answer, not an error.
 	Read(ctx context.Context, roles []string) ([]Record, error)
+}
+
+// Listed is one role's lease as Lister lists it: its record, and whether
+// its term is live, judged by the store as it judges expiry.
+type Listed struct {
+	Record
+	// Live is whether the term has not ended, by the store's clock. A
+	// released or expired lease keeps its holder and token, and is not
+	// live.
+	Live bool
+	// Remaining is how long the term has left, by the store's clock, at
+	// the moment of reading: positive while it is live, zero or negative
+	// (how long ago it ended) once it is not.
+	Remaining time.Duration
+}
+
+// Lister is an optional Store capability: listing every role, for the
+// operator's views (baton leases, the console), which know no role names.
+// ListLeases calls it and sorts its answer.
+type Lister interface {
+	// List returns every role that has a row, in any order.
+	//
+	//   - L23 list: every role with a row, and only those, is listed once,
+	//     whichever store over the same data wrote it, with the record Read
+	//     returns for it (Held false); a current term is Live with a
+	//     Remaining above 0 and at most its LeaseDuration, a released one
+	//     is not Live and has a Remaining of at most 0.
+	List(ctx context.Context) ([]Listed, error)
 }
 
 // ReleaseWatcher is an optional Store capability: announcing releases so

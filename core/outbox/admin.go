@@ -30,6 +30,11 @@ type Health struct {
 	LastStuckNotificationAt      *time.Time `json:"last_stuck_notification_at"`
 }
 
+// Failing reports whether the outbox is in a failing streak: the last
+// pass stopped at a retry or failed. A LastError outlives its streak; once
+// it is over, the error is history, dated by LastErrorAt.
+func (h Health) Failing() bool { return h.FirstStuckAt != nil }
+
 // ReadHealth reads the state stamps.
 func ReadHealth(ctx context.Context, s Store) (Health, error) {
 	st, err := s.State(ctx)
@@ -95,7 +100,8 @@ func toJSON(d DeadLetter) deadLetterJSON {
 // authentication, under a prefix of your choice (with http.StripPrefix):
 //
 //	GET  /lanes               health stamps; always 200, null where absent
-//	GET  /dead?limit=&before= dead letters, newest first, without payloads
+//	GET  /dead?limit=&before= dead letters, newest first, without payloads;
+//	     &lane=&state=        lane and state (waiting, requeued) filter them
 //	GET  /dead/{id}           one dead letter with its payload
 //	POST /dead/{id}/requeue   requeue it as a new entry at the end of the order
 //	POST /dead/requeue        bulk requeue (RequeueDead); a JSON body of
@@ -176,24 +182,12 @@ func (a *admin) lanes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *admin) list(w http.ResponseWriter, r *http.Request) {
-	var opts ListOptions
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxListLimit {
-			writeError(w, http.StatusBadRequest, "limit must be a whole number from 1 to "+strconv.Itoa(MaxListLimit))
-			return
-		}
-		opts.Limit = n
+	q, err := ParseDeadQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
-	if v := r.URL.Query().Get("before"); v != "" {
-		id, err := ParseID(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "before must be a dead letter id (a UUID)")
-			return
-		}
-		opts.Before = id
-	}
-	dead, err := a.s.ListDead(r.Context(), opts)
+	dead, err := ListDeadMatching(r.Context(), a.s, q.Options, q.Filter)
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -319,15 +313,25 @@ func pathID(w http.ResponseWriter, r *http.Request) (ID, bool) {
 }
 
 func (a *admin) fail(w http.ResponseWriter, err error) {
+	status, msg := ErrorStatus(err)
+	if status == http.StatusInternalServerError {
+		a.log.Warn("outbox admin: store error", "err", err)
+	}
+	writeError(w, status, msg)
+}
+
+// ErrorStatus is the HTTP status and the message an operator's view
+// answers a dead-letter call's error with: 404 for an unknown dead letter,
+// 409 for one requeued before, 500 (say nothing of the store, log it) for
+// anything else.
+func ErrorStatus(err error) (status int, msg string) {
 	switch {
 	case errors.Is(err, ErrNotFound):
-		writeError(w, http.StatusNotFound, "no such dead letter")
+		return http.StatusNotFound, "no such dead letter"
 	case errors.Is(err, ErrAlreadyRequeued):
-		writeError(w, http.StatusConflict, "this dead letter was requeued already")
-	default:
-		a.log.Warn("outbox admin: store error", "err", err)
-		writeError(w, http.StatusInternalServerError, "the outbox store failed; see the server log")
+		return http.StatusConflict, "this dead letter was requeued already"
 	}
+	return http.StatusInternalServerError, "the outbox store failed; see the server log"
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

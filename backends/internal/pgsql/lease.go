@@ -75,7 +75,7 @@ type LeaseStore struct {
 	channel string
 	logger  *slog.Logger
 
-	heartbeatSQL, releaseSQL, readSQL, listenSQL string
+	heartbeatSQL, releaseSQL, readSQL, listSQL, listenSQL string
 }
 
 // NewLeaseStore returns a LeaseStore over db, or an error naming the first
@@ -91,7 +91,10 @@ func NewLeaseStore(db DB, a Adapter, c LeaseStoreOptions) (*LeaseStore, error) {
 		heartbeatSQL: leaseHeartbeatSQL(t),
 		releaseSQL:   leaseReleaseSQL(t),
 		readSQL:      `SELECT ` + leaseColumns + ` FROM ` + t + ` WHERE role = ANY ($1::text[])`,
-		listenSQL:    "LISTEN " + quote(c.Channel),
+		// Liveness and the time left by the database clock, as the rules
+		// judge expiry, never by the reader's.
+		listSQL:   `SELECT ` + leaseColumns + `, expires_at > now(), extract(epoch FROM expires_at - now())::float8 FROM ` + t,
+		listenSQL: "LISTEN " + quote(c.Channel),
 	}, nil
 }
 
@@ -285,6 +288,27 @@ func (s *LeaseStore) Read(ctx context.Context, roles []string) ([]lease.Record, 
 		return nil, s.a.MapError(AreaLease, "read", err)
 	}
 	return records, nil
+}
+
+// List implements lease.Lister in one statement: every row of the table,
+// a full scan, for operators.
+func (s *LeaseStore) List(ctx context.Context) ([]lease.Listed, error) {
+	rows, err := s.db.Query(ctx, s.listSQL)
+	listed, err := collect(rows, err, func(row Rows) (lease.Listed, error) {
+		var (
+			l       lease.Listed
+			token   int64
+			seconds float64
+		)
+		err := row.Scan(&l.Role, &l.Holder, &l.HolderAddress, &token, &l.AcquiredAt, &l.RenewedAt, &l.ExpiresAt, &l.Live, &seconds)
+		l.Token = uint64(token)
+		l.Remaining = time.Duration(math.Round(seconds*1e6)) * time.Microsecond
+		return l, err
+	})
+	if err != nil {
+		return nil, s.a.MapError(AreaLease, "list", err)
+	}
+	return listed, nil
 }
 
 // Watch listens on conn, a session of its own, and calls released with
