@@ -3,6 +3,7 @@ package pgxstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,17 @@ func (d poolDB) Begin(ctx context.Context) (pgsql.Tx, error) {
 		return nil, err
 	}
 	return &poolTx{conn: conn}, nil
+}
+
+// ExecTx sends BEGIN, stmts and COMMIT in one round trip.
+func (d poolDB) ExecTx(ctx context.Context, stmts ...pgsql.Statement) ([]int64, error) {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := &poolTx{conn: conn}
+	defer func() { _ = t.Rollback(ctx) }() // after a failure; nothing once committed
+	return t.execCommit(ctx, stmts...)
 }
 
 // poolTx is a transaction on a connection of the pool.
@@ -145,23 +157,37 @@ func (t *poolTx) QueryRow(ctx context.Context, sql string, args ...any) pgsql.Ro
 
 // ExecCommit sends the statement and COMMIT in one round trip.
 func (t *poolTx) ExecCommit(ctx context.Context, sql string, args ...any) (int64, error) {
-	res, err := t.send(ctx, pgsql.Statement{SQL: sql, Args: args}, pgsql.Statement{SQL: "COMMIT"})
+	n, err := t.execCommit(ctx, pgsql.Statement{SQL: sql, Args: args})
 	if err != nil {
 		return 0, err
+	}
+	return n[0], nil
+}
+
+// execCommit sends stmts and COMMIT in one round trip (with BEGIN, when
+// it has not been sent) and returns the statements' row counts.
+func (t *poolTx) execCommit(ctx context.Context, stmts ...pgsql.Statement) ([]int64, error) {
+	res, err := t.send(ctx, append(slices.Clip(stmts), pgsql.Statement{SQL: "COMMIT"})...)
+	if err != nil {
+		return nil, err
 	}
 	defer res.Close()
-	tag, err := res.Exec()
-	if err != nil {
-		return 0, err
+	counts := make([]int64, 0, len(stmts))
+	for range stmts {
+		tag, err := res.Exec()
+		if err != nil {
+			return nil, err
+		}
+		counts = append(counts, tag.RowsAffected())
 	}
 	if err := commitResult(res.Exec()); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := res.Close(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	t.release()
-	return tag.RowsAffected(), nil
+	return counts, nil
 }
 
 func (t *poolTx) CopyFrom(ctx context.Context, table [2]string, columns []string, rows [][]any) (int64, error) {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1006,4 +1007,77 @@ func TestOutboxStore_ParkingAnEntryWithADeadLettersIDReplacesItInsteadOfFailing(
 func samePayloadJSON(got []byte, want string) bool {
 	var a, b any
 	return json.Unmarshal(got, &a) == nil && json.Unmarshal([]byte(want), &b) == nil && fmt.Sprint(a) == fmt.Sprint(b)
+}
+
+// roundTrips counts what a pool sends: every batch and every statement
+// sent on its own is one round trip.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// The relay's hot path: a granted settlement without parked entries is one
+// round trip, a refused one still says the cursor moved and writes
+// nothing.
+func TestOutboxStore_SettlementWithoutParkedEntriesIsOneRoundTrip(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	trips := &roundTrips{}
+	pool := newPool(t, env, func(c *pgxpool.Config) { c.ConnConfig.Tracer = trips })
+	st := mustOutboxStore(t, pool, OutboxStoreOptions{})
+	for range 3 {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Enqueue(ctx, tx, outbox.NewID(), "a", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Other tests' transactions on the server hold the horizon back a
+	// while.
+	var es []outbox.Entry
+	eventually(t, 30*time.Second, "the three entries did not pass the horizon", func() bool {
+		var err error
+		es, err = st.Scan(ctx, outbox.Cursor{}, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es) == 3
+	})
+	// The first settlement stores the cursor keys.
+	if err := st.Settle(ctx, outbox.Settlement{From: outbox.Cursor{}, To: es[0].Cursor()}); err != nil {
+		t.Fatal(err)
+	}
+	trips.n.Store(0)
+	if err := st.Settle(ctx, outbox.Settlement{From: es[0].Cursor(), To: es[1].Cursor(), State: map[string]*string{"k": new("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.n.Load(); n != 1 {
+		t.Errorf("a settlement without parked entries took %d round trips; want 1", n)
+	}
+	err := st.Settle(ctx, outbox.Settlement{From: es[0].Cursor(), To: es[2].Cursor(), State: map[string]*string{"k": new("w")}})
+	if !errors.Is(err, outbox.ErrCursorMoved) {
+		t.Fatalf("a settlement from a cursor passed: err = %v, want one wrapping outbox.ErrCursorMoved", err)
+	}
+	state, err := st.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := outbox.CursorFromState(state); cur != es[1].Cursor() || state["k"] != "v" {
+		t.Errorf("after the refused settlement: cursor %v, k=%q; want %v and v (nothing written)", cur, state["k"], es[1].Cursor())
+	}
 }

@@ -47,6 +47,10 @@ var (
 // them. It matches ErrSchemaMismatch with errors.Is.
 type SchemaError = pgsql.SchemaError
 
+// Repair is what fixes one problem of a SchemaError (its Repairs, one per
+// problem): Migrate by itself, or the statements in its DDL.
+type Repair = pgsql.Repair
+
 // MigrateOptions configures Migrate.
 type MigrateOptions struct {
 	// Schema is the schema that receives baton's tables. It is created when

@@ -789,21 +789,18 @@ func TestMigrate_UpgradesAVersion4SchemaToCarryTraceContexts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	err := VerifySchema(ctx, env.Pool, VerifyOptions{})
+	se := schemaError(t, ctx, env)
 
 	want := []string{
 		"column baton_outbox.trace_context is missing (want text)",
 		"column baton_outbox_dead.trace_context is missing (want text)",
 		"baton_schema_migrations records migration version 4, want " + strconv.Itoa(latestVersion),
 	}
-	if got := schemaProblems(t, err); !slices.Equal(got, want) {
-		t.Errorf("VerifySchema of a version 4 schema:\n got %q\nwant %q", got, want)
+	if !slices.Equal(se.Problems, want) {
+		t.Errorf("VerifySchema of a version 4 schema:\n got %q\nwant %q", se.Problems, want)
 	}
-	var se *SchemaError
-	errors.As(err, &se)
-	wantDDL := []string{`ALTER TABLE "baton_outbox" ADD COLUMN trace_context text`, `ALTER TABLE "baton_outbox_dead" ADD COLUMN trace_context text`}
-	if !slices.Equal(se.DDL, wantDDL) {
-		t.Errorf("DDL = %q, want %q", se.DDL, wantDDL)
+	if se.MigrateRepairs() != len(se.Repairs) || len(se.DDL) != 0 {
+		t.Errorf("repairs %+v, DDL %q: want every one Migrate's (it applies migration 5), with no statement", se.Repairs, se.DDL)
 	}
 
 	rec := &logRecorder{}
@@ -880,5 +877,114 @@ func awaitScan(t *testing.T, ctx context.Context, st *OutboxStore, n int) []outb
 			t.Fatalf("%d of %d entries visible: %v", len(got), n, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// schemaError returns VerifySchema's *SchemaError, checking that it has
+// one Repair per problem, in the same order.
+func schemaError(t *testing.T, ctx context.Context, env *testenv.PostgresEnv) *SchemaError {
+	t.Helper()
+	err := VerifySchema(ctx, env.Pool, VerifyOptions{})
+	var se *SchemaError
+	if !errors.As(err, &se) {
+		t.Fatalf("VerifySchema = %v, want a *SchemaError", err)
+	}
+	if len(se.Repairs) != len(se.Problems) {
+		t.Fatalf("%d repairs for %d problems", len(se.Repairs), len(se.Problems))
+	}
+	for i, r := range se.Repairs {
+		if r.Problem != se.Problems[i] {
+			t.Errorf("repair %d is of %q, problem %d is %q", i, r.Problem, i, se.Problems[i])
+		}
+		for _, s := range r.DDL {
+			if !slices.Contains(se.DDL, s) {
+				t.Errorf("repair %q runs %q, which DDL lacks", r.Problem, s)
+			}
+		}
+	}
+	return se
+}
+
+func TestVerifySchema_RepairsSayWhatMigrateFixesByItselfAndWhatTakesStatements(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	mustExec(t, ctx, env, "ALTER TABLE baton_role_leases DROP COLUMN holder_address", "DROP INDEX baton_outbox_walk")
+	column := Repair{Problem: "column baton_role_leases.holder_address is missing (want text NOT NULL)",
+		DDL: []string{`ALTER TABLE "baton_role_leases" ADD COLUMN holder_address text NOT NULL DEFAULT ''`}}
+	index := Repair{Problem: "index baton_outbox_walk on baton_outbox is missing (want not unique (xid, id))", Migrate: true,
+		DDL: []string{"CREATE INDEX baton_outbox_walk ON baton_outbox (xid, id)"}}
+	same := func(a, b Repair) bool {
+		return a.Problem == b.Problem && a.Migrate == b.Migrate && slices.Equal(a.DDL, b.DDL)
+	}
+	if se := schemaError(t, ctx, env); !slices.EqualFunc(se.Repairs, []Repair{column, index}, same) || se.MigrateRepairs() != 1 {
+		t.Errorf("repairs\n%+v\nwant the column's statement, and the index Migrate's", se.Repairs)
+	}
+	// Migrate's own report lists what it left: nothing it fixes by itself.
+	var left *SchemaError
+	if err := Migrate(ctx, env.Pool, MigrateOptions{}); !errors.As(err, &left) || !slices.EqualFunc(left.Repairs, []Repair{column}, same) {
+		t.Errorf("Migrate = %v, want the column left, with its statement", err)
+	}
+
+	// The migration's tables are there, only its record is lost: Migrate
+	// would run it again, and fail.
+	mustExec(t, ctx, env, "DELETE FROM baton_schema_migrations WHERE version = "+strconv.Itoa(latestVersion))
+	se := schemaError(t, ctx, env)
+	record := Repair{Problem: fmt.Sprintf("baton_schema_migrations records migration version %d, want %d", latestVersion-1, latestVersion),
+		DDL: []string{fmt.Sprintf("INSERT INTO baton_schema_migrations (version, name) VALUES (%d, '%s')", latestVersion, KnownMigrations()[latestVersion-1].Name)}}
+	if !slices.EqualFunc(se.Repairs, []Repair{column, index, record}, same) {
+		t.Errorf("repairs\n%+v\nwant the record's statement too", se.Repairs)
+	}
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, s := range append([]string{"SET LOCAL search_path TO " + pgx.Identifier{env.Schema}.Sanitize()}, se.DDL...) {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("after the statements: %v", err)
+	}
+}
+
+func TestVerifySchema_MigrateRepairsAnOlderSchemaByItself(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	schemaAt(t, ctx, env, 3, true) // without the tables of 4 and the columns of 5
+
+	se := schemaError(t, ctx, env)
+	if se.MigrateRepairs() != len(se.Repairs) || len(se.DDL) != 0 {
+		t.Errorf("repairs %+v, DDL %q: want every one Migrate's, with no statement (run alone, they would make Migrate fail)", se.Repairs, se.DDL)
+	}
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("after Migrate: %v", err)
+	}
+}
+
+// A trace_context column dropped from a schema that records migration 5
+// takes the migration's own ADD COLUMN, which restores it.
+func TestVerifySchema_AMissingTraceContextColumnTakesItsMigrationsStatement(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	mustExec(t, ctx, env, "ALTER TABLE baton_outbox_dead DROP COLUMN trace_context")
+
+	se := schemaError(t, ctx, env)
+
+	want := Repair{Problem: "column baton_outbox_dead.trace_context is missing (want text)",
+		DDL: []string{`ALTER TABLE "baton_outbox_dead" ADD COLUMN trace_context text`}}
+	if len(se.Repairs) != 1 || se.Repairs[0].Problem != want.Problem || se.Repairs[0].Migrate || !slices.Equal(se.Repairs[0].DDL, want.DDL) {
+		t.Fatalf("repairs %+v, want %+v", se.Repairs, want)
+	}
+	mustExec(t, ctx, env, want.DDL[0]) // the pool's search_path is the schema
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("after the statement: %v", err)
 	}
 }

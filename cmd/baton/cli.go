@@ -56,6 +56,7 @@ Exit status: 0 success, 1 failure, 2 bad input, 130 interrupted.`,
 		newVerifyCommand(),
 		newOutboxCommand(),
 		newLeasesCommand(),
+		newBenchCommand(),
 	)
 	return root
 }

@@ -22,9 +22,15 @@ type dbFlags struct {
 }
 
 func (f *dbFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.url, "postgres", "", "PostgreSQL URL, e.g. postgres://app@db:5432/app (default: $"+cli.EnvDatabaseURL+")")
+	registerURL(cmd, &f.url)
 	cmd.Flags().StringVar(&f.schema, "schema", "", "schema holding baton's tables (default: the connection's current schema)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON instead of a table")
+}
+
+// registerURL adds --postgres, the database every command but the demo
+// reads BATON_DATABASE_URL for.
+func registerURL(cmd *cobra.Command, url *string) {
+	cmd.Flags().StringVar(url, "postgres", "", "PostgreSQL URL, e.g. postgres://app@db:5432/app (default: $"+cli.EnvDatabaseURL+")")
 }
 
 // database is an open connection pool and the schema the command works in.

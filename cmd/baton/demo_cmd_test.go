@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton/graph"
+	"github.com/baton-go/baton/internal/cli"
 	"github.com/baton-go/baton/internal/demo"
 	"github.com/baton-go/baton/internal/testenv"
 )
@@ -31,6 +32,7 @@ func checkPassed(t *testing.T, res *demo.Result) {
 // TestDemo_Memory runs "baton demo" on the embedded default, through the
 // command line, and checks its JSON result and its narrative.
 func TestDemo_Memory(t *testing.T) {
+	t.Setenv(cli.EnvColumns, "")
 	r := runCLI(t, "demo", "--json").wantCode(t, exitOK)
 	var res demo.Result
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
@@ -48,8 +50,21 @@ func TestDemo_Memory(t *testing.T) {
 			t.Errorf("the narrative (stderr with --json) lacks %q:\n%s", want, r.stderr)
 		}
 	}
-	if strings.Contains(r.stderr, "\x1b[") {
-		t.Errorf("terminal escapes in output that is not a terminal:\n%q", r.stderr)
+	if strings.ContainsAny(r.stderr, "\r\x1b") {
+		t.Errorf("carriage return or terminal escapes in output that is not a terminal:\n%q", r.stderr)
+	}
+	// The progress lines fit 80 columns (the narrative's are not cut).
+	progress := 0
+	for _, l := range strings.Split(r.stderr, "\n") {
+		if strings.Contains(l, "   · delivered ") {
+			progress++
+			if w := cli.DisplayWidth(l); w > cli.DefaultColumns {
+				t.Errorf("progress line of %d columns: %q", w, l)
+			}
+		}
+	}
+	if progress == 0 {
+		t.Error("no progress line")
 	}
 }
 

@@ -6,14 +6,20 @@
 //	baton demo --postgres URL --redis ADDR   ... with Redis locks instead of advisory locks
 //	baton schema print                  baton's schema as one SQL script
 //	baton migrate                       create or update baton's tables
-//	baton verify                        check that the tables have the shape this binary expects
+//	baton verify                        check that the tables have the shape this binary expects, and say what fixes them
 //	baton outbox status                 the outbox's health stamps
 //	baton outbox dead list|show|requeue dead letters: list (by lane and state), show one, requeue one or many
 //	baton leases                        every role lease: holder, address, token, expiry
+//	baton bench [outbox|workrows|all]   the outbox relay and a work-row burn-down on a database, measured
 //
 // The operator commands take --postgres URL (or BATON_DATABASE_URL) and
 // --schema (default: the connection's current schema), print a table, or
-// JSON with --json.
+// JSON with --json. bench takes --postgres only: it works in a schema of
+// its own, which it drops at the end.
+//
+// Progress lines (the demo's, bench's) fit the terminal: redrawn in place
+// on one, cut to its width, without colour when NO_COLOR is set; plain
+// lines cut to COLUMNS (default 80) when the output is not a terminal.
 //
 // Exit status: 0 on success; 1 on a failure (a failed demo check, an
 // unreachable server, a schema that does not match); 2 on bad input (a flag,

@@ -366,7 +366,7 @@ func TestHelp(t *testing.T) {
 		nil, {"--help"}, {"help"}, {"demo", "--help"}, {"outbox"}, {"outbox", "dead", "--help"},
 		{"outbox", "dead", "requeue", "--help"}, {"leases", "--help"}, {"migrate", "--help"}, {"verify", "--help"},
 		{"schema", "print", "--help"}, {"outbox", "status", "--help"}, {"outbox", "dead", "list", "--help"},
-		{"outbox", "dead", "show", "--help"},
+		{"outbox", "dead", "show", "--help"}, {"bench", "--help"}, {"schema", "verify", "--help"},
 	} {
 		r := runCLI(t, args...).wantCode(t, exitOK)
 		if !strings.Contains(r.stdout, "Usage:") {

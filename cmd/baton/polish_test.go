@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,39 @@ func TestOutboxStatus_DatesAnOldLastError(t *testing.T) {
 	r = runCLI(t, "outbox", "status", "--postgres", env.URL, "--json").wantCode(t, exitOK)
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Health.LastErrorAt == nil || !st.Health.LastErrorAt.Equal(errorAt) {
 		t.Errorf("status --json: %v %+v", err, st.Health)
+	}
+}
+
+// TestUnreachableDatabase_OneErrorLineSaidOnce: pgx tries a host with TLS,
+// then without, and its error repeats the dial error once per attempt;
+// each command says it once, on one line.
+func TestUnreachableDatabase_OneErrorLineSaidOnce(t *testing.T) {
+	for _, url := range []string{"postgres://127.0.0.1:1/x", "postgres://localhost:1/x?connect_timeout=2"} {
+		for _, args := range [][]string{
+			{"outbox", "status"}, {"outbox", "dead", "list"}, {"leases"}, {"verify"}, {"schema", "status"},
+			{"migrate"}, {"migrate", "--dry-run"}, {"bench", "--count", "10"},
+		} {
+			r := runCLI(t, append(args, "--postgres", url)...).wantCode(t, exitFailure)
+			line := strings.TrimSuffix(r.stderr, "\n")
+			if strings.Contains(line, "\n") || !strings.HasPrefix(line, "baton: cannot connect to PostgreSQL at ") {
+				t.Errorf("%v %s: stderr %q, want one line saying it cannot connect", args, url, r.stderr)
+				continue
+			}
+			// Every part of the message once: the attempts' errors are
+			// joined with "; ".
+			_, detail, _ := strings.Cut(line, "`: ")
+			parts := strings.Split(detail, "; ")
+			for i, p := range parts {
+				if slices.Contains(parts[:i], p) {
+					t.Errorf("%v %s: %q said twice in %q", args, url, p, line)
+				}
+			}
+			if n := strings.Count(line, "connection refused"); url == "postgres://127.0.0.1:1/x" && n != 1 {
+				t.Errorf("%v: the dial error said %d times: %q", args, n, line)
+			}
+			if r.stdout != "" {
+				t.Errorf("%v: stdout %q", args, r.stdout)
+			}
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -64,7 +65,7 @@ status" says which): only the migrations after N, with their rows.`,
 	print.Flags().BoolVar(&asJSON, "json", false, `print {"sql": "..."} instead of the script`)
 	print.Flags().IntVar(&from, "from", 0, "print the upgrade from this migration version (0: the whole schema)")
 	return groupCommand("schema", "Print baton's PostgreSQL schema, or show which versions a database has",
-		`Commands about baton's PostgreSQL schema. See also "baton migrate" and "baton verify".`, print, newSchemaStatusCommand())
+		`Commands about baton's PostgreSQL schema. See also "baton migrate"; "baton schema verify" is "baton verify".`, print, newSchemaStatusCommand(), newVerifyCommand())
 }
 
 // schemaStatusReport is what schema status prints with --json.
@@ -303,8 +304,12 @@ func newVerifyCommand() *cobra.Command {
 		Use:   "verify",
 		Short: "Check, read-only, that baton's tables have the shape this binary expects",
 		Long: `Compare the schema's tables, columns and indexes with what this version of
-baton expects, read-only, and list every difference. Extra tables, columns and
-indexes are fine, and so is a schema migrated by a newer baton.
+baton expects, read-only, and list every difference with what fixes it:
+"baton migrate" (which recreates a missing index and applies the migrations
+not recorded yet), or the SQL statements printed after the list (a missing or
+retyped column, a missing table: migrate refuses those and changes nothing).
+Extra tables, columns and indexes are fine, and so is a schema migrated by a
+newer baton. The same command is "baton schema verify".
 
 Exit status: 0 when the schema matches, 1 when it does not (each problem is
 listed), 2 when the schema or baton's tables do not exist at all.`,
@@ -325,6 +330,15 @@ type verifyReport struct {
 	Problems []string `json:"problems"`
 	// DDL fixes the problems, on a session whose search_path is the schema.
 	DDL []string `json:"ddl"`
+	// Repairs says, problem by problem, what fixes it.
+	Repairs []repairJSON `json:"repairs"`
+}
+
+// repairJSON is a pgxstore.SchemaError's Repair.
+type repairJSON struct {
+	Problem string   `json:"problem"`
+	Migrate bool     `json:"migrate"` // baton migrate fixes it by itself
+	DDL     []string `json:"ddl"`
 }
 
 func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
@@ -340,7 +354,7 @@ func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
 	if n == 0 {
 		return cli.Usagef("schema %q has none of baton's tables; create them with: baton migrate --schema %s", db.schema, db.schema)
 	}
-	rep := verifyReport{Schema: db.schema, Problems: []string{}, DDL: []string{}}
+	rep := verifyReport{Schema: db.schema, Problems: []string{}, DDL: []string{}, Repairs: []repairJSON{}}
 	if recs, err := readMigrations(ctx, db.pool, db.schema); err == nil {
 		for _, m := range recs {
 			rep.Version = max(rep.Version, m.Version)
@@ -353,35 +367,72 @@ func runVerify(ctx context.Context, cmd *cobra.Command, f *dbFlags) error {
 		rep.OK = true
 	case errors.As(err, &se):
 		rep.Problems, rep.DDL = se.Problems, se.DDL
+		for _, r := range se.Repairs {
+			rep.Repairs = append(rep.Repairs, repairJSON{Problem: r.Problem, Migrate: r.Migrate, DDL: append([]string{}, r.DDL...)})
+		}
 	default:
 		return schemaNameError(err)
 	}
 	out := cmd.OutOrStdout()
-	if f.json {
+	switch {
+	case f.json:
 		if err := writeJSON(out, rep); err != nil {
 			return err
 		}
-	} else if rep.OK {
+	case rep.OK:
 		fmt.Fprintf(out, "schema %q matches this version of baton (migration version %d)\n", db.schema, rep.Version)
-	} else {
-		fmt.Fprintf(out, "schema %q does not match this version of baton: %d problem(s); run baton migrate --schema %s (it recreates missing indexes), or fix them\n",
-			db.schema, len(rep.Problems), db.schema)
-		t := newTable(out, "#", "PROBLEM")
-		for i, p := range rep.Problems {
-			t.row(strconv.Itoa(i+1), p)
-		}
-		if err := t.flush(); err != nil {
+	default:
+		if err := printMismatch(out, db.schema, rep); err != nil {
 			return err
-		}
-		if len(rep.DDL) > 0 {
-			fmt.Fprintf(out, "\nstatements that fix them (check the data first):\nSET search_path TO %s;\n", pgx.Identifier{db.schema}.Sanitize())
-			for _, s := range rep.DDL {
-				fmt.Fprintf(out, "%s;\n", s)
-			}
 		}
 	}
 	if !rep.OK {
 		return errChecksFailed
+	}
+	return nil
+}
+
+// printMismatch lists the problems, each with what fixes it, then says
+// what to run: the statements for those migrate does not fix, then baton
+// migrate for the rest.
+func printMismatch(out io.Writer, schema string, rep verifyReport) error {
+	fmt.Fprintf(out, "schema %q does not match this version of baton: %d problem(s)\n", schema, len(rep.Problems))
+	byMigrate := 0
+	t := newTable(out, "#", "PROBLEM", "FIX")
+	for i, r := range rep.Repairs {
+		fix := "by hand: no statement is safe to give"
+		switch {
+		case r.Migrate && len(r.DDL) > 0:
+			fix = "baton migrate, or the SQL below"
+		case r.Migrate:
+			fix = "baton migrate"
+		case len(r.DDL) > 0:
+			fix = "the SQL below"
+		}
+		if r.Migrate {
+			byMigrate++
+		}
+		t.row(strconv.Itoa(i+1), r.Problem, fix)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	// Migrate repairs only a schema whose other problems are fixed: it
+	// refuses the rest, changing nothing.
+	switch {
+	case byMigrate == len(rep.Repairs):
+		fmt.Fprintf(out, "fix: baton migrate --schema %s fixes every one of them by itself\n", schema)
+	case byMigrate > 0:
+		fmt.Fprintf(out, "fix: run the SQL below, then baton migrate --schema %s: it fixes %d of them by itself, "+
+			"but refuses the schema, changing nothing, while the others remain\n", schema, byMigrate)
+	default:
+		fmt.Fprintf(out, "fix: run the SQL below; baton migrate refuses the schema while these remain, changing nothing\n")
+	}
+	if len(rep.DDL) > 0 {
+		fmt.Fprintf(out, "\nstatements that fix them, in this order (check the data first):\nSET search_path TO %s;\n", pgx.Identifier{schema}.Sanitize())
+		for _, s := range rep.DDL {
+			fmt.Fprintf(out, "%s;\n", s)
+		}
 	}
 	return nil
 }

@@ -32,6 +32,12 @@ const (
 	// MaxConcurrency bounds Config.Concurrency; each handler is a
 	// goroutine of its own.
 	MaxConcurrency = 10_000
+	// MaxClaimsInFlight bounds the claims one Run has in flight at once.
+	// A Run whose hand holds several batches (Concurrency at least twice
+	// BatchSize) claims Concurrency/BatchSize batches at once, up to this
+	// many, while the queue is busy: one claim after another cannot feed
+	// many fast handlers from small batches, since each claim is a commit.
+	MaxClaimsInFlight = 4
 )
 
 // Handler does the work of one claimed row, with no transaction and no row
@@ -84,10 +90,14 @@ type Config[K comparable, R any] struct {
 	// Concurrency is how many handlers one Run (or RunBatch) runs at once
 	// (default DefaultConcurrency). One claim loop feeds them: it keeps up
 	// to max(Concurrency, BatchSize) rows in hand and claims the next batch
-	// as soon as a whole batch fits (and at most one finished batch is
-	// still being finalized). Rows start in queue order but may
-	// finish out of order. For slow handlers keep BatchSize at or below
-	// Concurrency, so that freed handlers find rows waiting.
+	// as soon as a whole batch fits (and few enough finished batches are
+	// still being finalized: one beside a single claim). While the
+	// queue is busy it has up to Concurrency/BatchSize claims in flight
+	// (at least one, at most MaxClaimsInFlight). Rows start in queue
+	// order, batch by batch (two batches claimed at once may start in
+	// either order), but may finish out of order. For slow handlers keep
+	// BatchSize at or below Concurrency, so that freed handlers find rows
+	// waiting.
 	Concurrency int
 	// Lease is how long a claim or renewal holds the rows (default
 	// DefaultLease).

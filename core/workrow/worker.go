@@ -19,9 +19,14 @@ import (
 // loop keeps at most max(Concurrency, BatchSize) rows in hand (claimed, their
 // handler not yet returned) and claims the next batch as soon as a whole
 // batch fits, so handlers that free up are fed without waiting for the rest
-// of the batch, unless two finished batches are still being finalized (rows
-// awaiting their finalize stay in the claim index, where every claim has to
-// step over them). Rows start in queue order, the order of the claims, but with
+// of the batch, unless too many finished batches are still being finalized
+// (rows awaiting their finalize stay in the claim index, where every claim
+// has to step over them). When the hand
+// holds several batches, the loop has up to Concurrency/BatchSize claims in
+// flight (at most MaxClaimsInFlight) for as long as its claims come back
+// full: one claim after another, each a commit, cannot keep many fast
+// handlers fed from small batches. Rows start in queue order, the order of
+// the claims (two claims in flight may start in either order), but with
 // Concurrency above 1 they may finish, and be finalized, out of order.
 //
 // While a batch is in hand, a goroutine of its own renews the lease of the
@@ -62,6 +67,9 @@ func (w *Worker[K, R]) Run(ctx context.Context) error {
 	defer w.status.Stopped()
 	r := w.start(ctx)
 	defer r.stop()
+	for range r.claims - 1 {
+		r.claimers.Go(func() { r.claimAlongside(ctx) })
+	}
 	k := w.newWake()
 	defer k.close()
 	for ctx.Err() == nil {
@@ -72,12 +80,9 @@ func (w *Worker[K, R]) Run(ctx context.Context) error {
 			w.cfg.Logger.WarnContext(ctx, "baton: work row batch failed", "err", err, "retry_in", w.cfg.ErrorDelay)
 			pause = w.cfg.ErrorDelay
 		default:
-			if !r.waitForRoom(ctx) {
+			b, ok, err := r.claim(ctx)
+			if !ok {
 				return nil
-			}
-			b, err := w.claim(ctx)
-			if b != nil {
-				r.add(b) // even when ctx ended meanwhile: the batch must be handed back
 			}
 			switch {
 			case ctx.Err() != nil:
@@ -175,15 +180,25 @@ type run[K comparable, R any] struct {
 	w        *Worker[K, R]
 	ctx      context.Context
 	capacity int // most rows in hand: max(Concurrency, BatchSize)
+	// claims is how many claims may be in flight: the loop's own, and
+	// claims-1 goroutines (claimers) that claim alongside it while the
+	// queue is busy.
+	claims   int
+	claimers sync.WaitGroup
 
 	work   chan item[K, R] // rows in hand not yet taken by a handler
 	quit   chan struct{}   // closed by stop: handlers return
 	room   chan struct{}   // a row or a batch left the hand
 	failed chan error      // a batch's finalize or release failed
 
-	mu     sync.Mutex
-	inHand int // rows claimed whose handler has not returned (or that were skipped)
-	ending int // batches whose rows are all done, being finalized and released
+	mu       sync.Mutex
+	inHand   int // rows claimed whose handler has not returned (or that were skipped)
+	reserved int // rows of the claims in flight, BatchSize each
+	ending   int // batches whose rows are all done, being finalized and released
+	// busy is closed while the last claim came back full: the claimers
+	// alongside the loop claim only then.
+	busy   chan struct{}
+	isBusy bool
 
 	handlers sync.WaitGroup
 	batches  sync.WaitGroup
@@ -200,6 +215,8 @@ func (w *Worker[K, R]) start(ctx context.Context) *run[K, R] {
 		w:        w,
 		ctx:      ctx,
 		capacity: capacity,
+		claims:   min(max(1, w.cfg.Concurrency/w.cfg.BatchSize), MaxClaimsInFlight),
+		busy:     make(chan struct{}),
 		work:     make(chan item[K, R], capacity),
 		quit:     make(chan struct{}),
 		room:     make(chan struct{}, 1),
@@ -215,6 +232,7 @@ func (w *Worker[K, R]) start(ctx context.Context) *run[K, R] {
 // took (their batches release them), and waits until every batch is
 // finalized and released.
 func (r *run[K, R]) stop() {
+	r.claimers.Wait() // they end with the Run's ctx, after handing in what they claimed
 	close(r.quit)
 	r.handlers.Wait()
 	for drained := false; !drained; {
@@ -228,27 +246,82 @@ func (r *run[K, R]) stop() {
 	r.batches.Wait()
 }
 
-// hasRoom reports whether a whole batch fits in hand and at most one
-// finished batch is still being finalized. The second bound keeps fast
-// handlers from running ahead of the finalizes: every row not yet
-// finalized stays in the claim index, where each claim has to step over
-// it, so batches piling up behind their finalizes slow the claims down.
-func (r *run[K, R]) hasRoom() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.inHand+r.w.cfg.BatchSize <= r.capacity && r.ending <= 1
-}
-
-// waitForRoom waits until hasRoom; false when ctx ended first.
-func (r *run[K, R]) waitForRoom(ctx context.Context) bool {
-	for !r.hasRoom() {
+// reserve waits until a whole batch fits in hand beside the claims in
+// flight, and fewer than twice as many batches as claims may be in flight
+// are being claimed or finalized (with one claim, it overlaps one
+// finalize), then reserves the batch's room; false when ctx ended first.
+// The second bound keeps fast handlers from running ahead of the
+// finalizes: every row not yet finalized stays in the claim index, where
+// each claim has to step over it, so batches piling up behind their
+// finalizes slow the claims down.
+func (r *run[K, R]) reserve(ctx context.Context) bool {
+	for {
+		r.mu.Lock()
+		b := r.w.cfg.BatchSize
+		ok := r.inHand+r.reserved+b <= r.capacity && r.ending+r.reserved/b < 2*r.claims
+		if ok {
+			r.reserved += b
+		}
+		r.mu.Unlock()
+		if ok {
+			r.signalRoom() // another claimer may fit too
+			return true
+		}
 		select {
 		case <-ctx.Done():
 			return false
 		case <-r.room:
 		}
 	}
-	return true
+}
+
+// claim reserves room, claims a batch and puts it in hand; ok is false
+// when ctx ended before a claim was made.
+func (r *run[K, R]) claim(ctx context.Context) (b *batch[K, R], ok bool, err error) {
+	if !r.reserve(ctx) {
+		return nil, false, nil
+	}
+	b, err = r.w.claim(ctx)
+	if b != nil {
+		r.add(b) // even when ctx ended meanwhile: the batch must be handed back
+	}
+	r.mu.Lock()
+	r.reserved -= r.w.cfg.BatchSize // after add: the room never looks larger than it is
+	full := err == nil && b != nil && len(b.rows) == r.w.cfg.BatchSize
+	switch {
+	case full && !r.isBusy:
+		r.isBusy = true
+		close(r.busy)
+	case !full && r.isBusy:
+		r.isBusy = false
+		r.busy = make(chan struct{})
+	}
+	r.mu.Unlock()
+	r.signalRoom()
+	return b, true, err
+}
+
+// claimAlongside claims beside the loop while its claims come back full,
+// until ctx ends. A short claim, an empty one or a failed one ends the
+// busy spell: the loop alone then waits, listens and retries.
+func (r *run[K, R]) claimAlongside(ctx context.Context) {
+	for {
+		r.mu.Lock()
+		busy := r.busy
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-busy:
+		}
+		_, ok, err := r.claim(ctx)
+		switch {
+		case !ok || ctx.Err() != nil:
+			return
+		case err != nil:
+			r.w.cfg.Logger.WarnContext(ctx, "baton: work row batch failed", "err", err)
+		}
+	}
 }
 
 func (r *run[K, R]) signalRoom() {

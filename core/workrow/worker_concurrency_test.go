@@ -404,32 +404,139 @@ func (s *slowStore) FinalizeMany(ctx context.Context, lock workrow.LockID, final
 }
 
 func TestWorker_ConcurrencyFastHandlersDoNotRunAheadOfTheFinalizes(t *testing.T) {
+	// Rows not yet finalized stay in the claim index, where every claim
+	// steps over them: claiming on while finalizes queue up would slow
+	// each claim down. A claim is let through while fewer than twice as
+	// many batches as the Run may claim at once are being claimed or
+	// finalized; a batch claimed just before may finish, and its finalize
+	// start, between that check and the claim's call. With one claim in
+	// flight that is two finalizes at most; with MaxClaimsInFlight, twice
+	// that. Without the bound, finalizes of 1s pile up behind claims of
+	// 10ms, as deep as there are batches (39 here).
+	for _, tc := range []struct {
+		concurrency int
+		most        int
+	}{
+		{concurrency: 19, most: 2},                              // one claim at a time
+		{concurrency: 100, most: 2 * workrow.MaxClaimsInFlight}, // claims alongside
+	} {
+		t.Run(fmt.Sprintf("concurrency=%d", tc.concurrency), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := &slowStore{memStore: newJobs(400)}
+				cfg := jobConfig(store, complete)
+				cfg.Concurrency = tc.concurrency
+				cfg.BatchSize = 10
+				cfg.IdleDelay = time.Minute
+				cfg.PollOnly = true // one empty claim, then the pause; wake_test.go has the listening
+				runWorker(t, newWorker(t, cfg))
+				time.Sleep(time.Minute)
+				store.mu.Lock()
+				most := store.most
+				store.mu.Unlock()
+				if most < 1 || most > tc.most {
+					t.Fatalf("a claim started while %d finalizes ran; want 1 to %d (claims overlap finalizes, and finalizes do not pile up)", most, tc.most)
+				}
+				for id := int64(1); id <= 400; id++ {
+					if j, _, _ := store.get(id); j.CompletedAt == nil {
+						t.Fatalf("row %d was not completed", id)
+					}
+				}
+			})
+		})
+	}
+}
+
+// claimCounter makes every Claim take a second, and records the most
+// claims in flight at once.
+type claimCounter struct {
+	*memStore[job]
+	mu            sync.Mutex
+	running, most int
+}
+
+func (s *claimCounter) Claim(ctx context.Context, spec workrow.ClaimSpec) ([]workrow.Claimed[int64, job], error) {
+	s.mu.Lock()
+	s.running++
+	s.most = max(s.most, s.running)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running--
+		s.mu.Unlock()
+	}()
+	time.Sleep(time.Second)
+	return s.memStore.Claim(ctx, spec)
+}
+
+func TestWorker_ConcurrencyClaimsAsManyBatchesAtOnceAsTheHandHoldsWhileTheQueueIsBusy(t *testing.T) {
+	for _, tc := range []struct {
+		concurrency, batch, rows int
+		claims                   int
+	}{
+		{concurrency: 19, batch: 10, rows: 500, claims: 1},                          // the hand holds one batch
+		{concurrency: 30, batch: 10, rows: 500, claims: 3},                          // three
+		{concurrency: 100, batch: 10, rows: 500, claims: workrow.MaxClaimsInFlight}, // ten, capped
+		{concurrency: 100, batch: 10, rows: 5, claims: 1},                           // not busy: the first claim was short
+	} {
+		t.Run(fmt.Sprintf("concurrency=%d/batch=%d/rows=%d", tc.concurrency, tc.batch, tc.rows), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := &claimCounter{memStore: newJobs(tc.rows)}
+				cfg := jobConfig(store, complete)
+				cfg.Concurrency = tc.concurrency
+				cfg.BatchSize = tc.batch
+				cfg.IdleDelay = time.Minute
+				cfg.PollOnly = true
+				runWorker(t, newWorker(t, cfg))
+				time.Sleep(time.Duration(tc.rows/tc.batch+5) * time.Second)
+				store.mu.Lock()
+				most := store.most
+				store.mu.Unlock()
+				if most != tc.claims {
+					t.Fatalf("at most %d claims were in flight at once; want %d", most, tc.claims)
+				}
+				for id := int64(1); id <= int64(tc.rows); id++ {
+					if j, _, _ := store.get(id); j.CompletedAt == nil {
+						t.Fatalf("row %d was not completed", id)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestWorker_ConcurrencyShutdownWaitsForTheClaimsInFlightAndHandsTheirRowsBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &slowStore{memStore: newJobs(100)}
+		store := &claimCounter{memStore: newJobs(100)}
+		ctx, cancel := context.WithCancel(context.Background())
 		cfg := jobConfig(store, complete)
-		cfg.Concurrency = 100
+		cfg.Concurrency = 40
 		cfg.BatchSize = 10
-		cfg.IdleDelay = time.Minute
-		cfg.PollOnly = true // one empty claim, then the pause; wake_test.go has the listening
-		runWorker(t, newWorker(t, cfg))
-		// Rows not yet finalized stay in the claim index, where every
-		// claim steps over them: claiming on while finalizes queue up
-		// would slow each claim down. A claim is let through while at
-		// most one finished batch is being finalized; the batch claimed
-		// just before may finish, and its finalize start, between that
-		// check and the claim's call: two at most, however many batches
-		// there are (without the bound, finalizes of 1s pile up behind
-		// claims of 10ms, nine deep here).
-		time.Sleep(time.Minute)
+		cfg.PollOnly = true
+		w := newWorker(t, cfg)
+		done := make(chan error)
+		go func() { done <- w.Run(ctx) }()
+		// The first claim comes back full at 1s; the claims beside it are
+		// in flight when the shutdown comes.
+		time.Sleep(1500 * time.Millisecond)
 		store.mu.Lock()
-		most := store.most
+		inFlight := store.running
 		store.mu.Unlock()
-		if most < 1 || most > 2 {
-			t.Fatalf("a claim started while %d finalizes ran; want 1 or 2 (claims overlap a finalize, and finalizes do not pile up)", most)
+		if inFlight < 2 {
+			t.Fatalf("%d claims in flight at the shutdown; the test needs several", inFlight)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v; want nil", err)
+		}
+		store.mu.Lock()
+		running := store.running
+		store.mu.Unlock()
+		if running != 0 {
+			t.Fatalf("Run returned with %d claims still in flight", running)
 		}
 		for id := int64(1); id <= 100; id++ {
-			if j, _, _ := store.get(id); j.CompletedAt == nil {
-				t.Fatalf("row %d was not completed", id)
+			if _, lock, until := store.get(id); !lock.IsZero() || !until.IsZero() {
+				t.Fatalf("row %d is still leased (lock %v until %v) after Run returned", id, lock, until)
 			}
 		}
 	})

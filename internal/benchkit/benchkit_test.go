@@ -228,3 +228,42 @@ func TestHuman_ThreeSignificantDigits(t *testing.T) {
 		}
 	}
 }
+
+func TestStopwatch_TimesEachKeyFromItsStartToItsStopOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := NewStopwatch[int]()
+		w.Start(1)
+		w.Start(2)
+		w.Start(3)
+		time.Sleep(5 * time.Millisecond)
+		w.Forget(2)
+		if !w.Stop(1) || w.Stop(2) || w.Stop(4) {
+			t.Fatal("Stop reports a key that was not started, or misses one that was")
+		}
+		time.Sleep(5 * time.Millisecond)
+		w.Stop(3)
+		if w.Stop(3) {
+			t.Fatal("a key stopped twice")
+		}
+		if got := w.Latencies(); !slices.Equal(got, []time.Duration{5 * time.Millisecond, 10 * time.Millisecond}) {
+			t.Fatalf("latencies %v; want 5ms and 10ms, and none for the forgotten key", got)
+		}
+	})
+}
+
+func TestBound_ExactlyOneOfCountAndDuration(t *testing.T) {
+	for b, ok := range map[Bound]bool{
+		{Count: 10}: true, {Duration: time.Second}: true,
+		{}: false, {Count: 10, Duration: time.Second}: false, {Count: -1}: false, {Duration: -time.Second}: false,
+	} {
+		if err := b.validate(); (err == nil) != ok {
+			t.Errorf("Bound %+v: %v; want accepted %v", b, err, ok)
+		}
+	}
+	if _, err := (&WorkRows{}).LiveBurnDown(1, 1, Bound{}); err == nil {
+		t.Error("LiveBurnDown accepted no bound")
+	}
+	if _, err := (&Outbox{}).LiveRelay(nil, 1, 1, Bound{Duration: time.Second}); err == nil {
+		t.Error("LiveRelay for a duration accepted no producers")
+	}
+}

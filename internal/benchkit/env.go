@@ -26,11 +26,14 @@ const (
 // synchronous_commit=on for its own sessions, so each system is measured
 // with the same durability whatever the server's default. Close drops both.
 type Env struct {
-	URL    string // the database URL, as given
 	Schema string // this run's schema
 	Prefix string // this run's Redis key prefix
+	// Keep, if set, makes Close leave the schema (and the Redis keys) in
+	// place, for a look at what the run left.
+	Keep bool
 
 	admin *pgxpool.Pool
+	base  *pgxpool.Config
 	redis *goredis.Client
 
 	mu    sync.Mutex
@@ -40,17 +43,32 @@ type Env struct {
 // Open creates the run's schema and connects to Redis (redisAddr "" for
 // no Redis).
 func Open(ctx context.Context, url, redisAddr string) (*Env, error) {
-	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
 		return nil, err
 	}
-	id := hex.EncodeToString(b)
-	e := &Env{URL: url, Schema: "baton_bench_" + id, Prefix: "baton-bench:" + id + ":"}
-	admin, err := e.pool(ctx, 2, false)
+	admin, err := newPool(ctx, cfg, 2, "")
 	if err != nil {
 		return nil, fmt.Errorf("benchkit: connect to PostgreSQL at %s: %w", url, err)
 	}
-	e.admin = admin
+	return open(ctx, admin, redisAddr)
+}
+
+// OpenOn creates the run's schema through admin, a pool outside it that
+// the Env owns from then on (Close closes it, also when OpenOn fails):
+// the pools of the run connect as admin does. No Redis.
+func OpenOn(ctx context.Context, admin *pgxpool.Pool) (*Env, error) {
+	return open(ctx, admin, "")
+}
+
+func open(ctx context.Context, admin *pgxpool.Pool, redisAddr string) (*Env, error) {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		admin.Close()
+		return nil, err
+	}
+	id := hex.EncodeToString(b)
+	e := &Env{Schema: "baton_bench_" + id, Prefix: "baton-bench:" + id + ":", admin: admin, base: admin.Config()}
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{e.Schema}.Sanitize()); err != nil {
 		admin.Close()
 		return nil, fmt.Errorf("benchkit: create schema %s: %w", e.Schema, err)
@@ -68,18 +86,28 @@ func Open(ctx context.Context, url, redisAddr string) (*Env, error) {
 // Pool returns a new pool of at most maxConns connections whose sessions
 // work in the run's schema with synchronous_commit on. Close closes it.
 func (e *Env) Pool(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {
-	return e.pool(ctx, maxConns, true)
-}
-
-func (e *Env) pool(ctx context.Context, maxConns int, inSchema bool) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(e.URL)
+	p, err := newPool(ctx, e.base, maxConns, e.Schema)
 	if err != nil {
 		return nil, err
 	}
+	e.mu.Lock()
+	e.pools = append(e.pools, p)
+	e.mu.Unlock()
+	return p, nil
+}
+
+// newPool connects a pool of at most maxConns connections configured as
+// base, whose sessions commit synchronously, and work in schema unless it
+// is "".
+func newPool(ctx context.Context, base *pgxpool.Config, maxConns int, schema string) (*pgxpool.Pool, error) {
+	cfg := base.Copy()
 	cfg.MaxConns = int32(maxConns)
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
-	if inSchema {
-		cfg.ConnConfig.RuntimeParams["search_path"] = e.Schema
+	if schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	}
 	p, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -89,9 +117,6 @@ func (e *Env) pool(ctx context.Context, maxConns int, inSchema bool) (*pgxpool.P
 		p.Close()
 		return nil, err
 	}
-	e.mu.Lock()
-	e.pools = append(e.pools, p)
-	e.mu.Unlock()
 	return p, nil
 }
 
@@ -103,7 +128,7 @@ func (e *Env) Admin() *pgxpool.Pool { return e.admin }
 func (e *Env) Redis() *goredis.Client { return e.redis }
 
 // Close closes every pool, drops the schema with everything in it and
-// deletes the run's Redis keys.
+// deletes the run's Redis keys (unless Keep).
 func (e *Env) Close(ctx context.Context) error {
 	var errs []error
 	e.mu.Lock()
@@ -111,36 +136,43 @@ func (e *Env) Close(ctx context.Context) error {
 	e.pools = nil
 	e.mu.Unlock()
 	for _, p := range pools {
-		if p != e.admin {
-			p.Close()
-		}
+		p.Close()
 	}
 	if e.admin != nil {
-		if _, err := e.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{e.Schema}.Sanitize()+" CASCADE"); err != nil {
-			errs = append(errs, fmt.Errorf("benchkit: drop schema %s: %w", e.Schema, err))
+		if !e.Keep {
+			if _, err := e.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{e.Schema}.Sanitize()+" CASCADE"); err != nil {
+				errs = append(errs, fmt.Errorf("benchkit: drop schema %s: %w", e.Schema, err))
+			}
 		}
 		e.admin.Close()
 	}
 	if e.redis != nil {
-		iter := e.redis.Scan(ctx, 0, e.Prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			errs = append(errs, err)
-		}
-		for len(keys) > 0 {
-			n := min(len(keys), 500)
-			if err := e.redis.Del(ctx, keys[:n]...).Err(); err != nil {
-				errs = append(errs, err)
-				break
-			}
-			keys = keys[n:]
+		if !e.Keep {
+			errs = append(errs, e.deleteKeys(ctx))
 		}
 		errs = append(errs, e.redis.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// deleteKeys deletes the run's Redis keys.
+func (e *Env) deleteKeys(ctx context.Context) error {
+	iter := e.redis.Scan(ctx, 0, e.Prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		if err := e.redis.Del(ctx, keys[:n]...).Err(); err != nil {
+			return err
+		}
+		keys = keys[n:]
+	}
+	return nil
 }
 
 // Name is a name unique to this run, for locks and topics: prefix and the

@@ -120,7 +120,9 @@ func (l *Logical) Relay(logical bool, batch, n int, d time.Duration) System {
 			}
 			return insert(ctx, pool, n)
 		},
-		Run: func(ctx context.Context) (Sample, error) { return runDriver(ctx, cfg, n, d, true, nil) },
+		Run: func(ctx context.Context) (Sample, error) {
+			return runDriver(ctx, cfg, NewCounter(int64(n)), d, true, nil)
+		},
 	}
 }
 
@@ -137,7 +139,7 @@ func (l *Logical) background(ctx context.Context, logical bool, idle time.Durati
 	}
 	go func() {
 		defer close(done)
-		_, _ = runDriver(ctx, cfg, 1<<62, 1<<62, false, see)
+		_, _ = runDriver(ctx, cfg, NewCounter(1<<62), 1<<62, false, see)
 	}()
 	return func() { cancel(); <-done }
 }
@@ -199,27 +201,24 @@ func (l *Logical) Latency(logical bool, every, d time.Duration) System {
 		return l.drain(ctx, logical)
 	}, Run: func(ctx context.Context) (Sample, error) {
 		var (
-			mu        sync.Mutex
-			committed = map[outbox.ID]time.Time{}
-			lats      []time.Duration
-			warm      = outbox.NewID()
-			warmed    bool
+			mu     sync.Mutex
+			watch  = NewStopwatch[outbox.ID]()
+			warm   = outbox.NewID()
+			warmed bool
 		)
 		dctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		total := int(d/every) + 1 // and the warm-up entry
 		driven := make(chan error, 1)
 		go func() {
-			_, err := runDriver(dctx, cfg, total, d+time.Minute, false, func(run []outbox.Entry) {
-				now := time.Now()
-				mu.Lock()
-				defer mu.Unlock()
+			_, err := runDriver(dctx, cfg, NewCounter(int64(total)), d+time.Minute, false, func(run []outbox.Entry) {
 				for _, e := range run {
-					warmed = warmed || e.ID == warm
-					if at, ok := committed[e.ID]; ok {
-						lats = append(lats, now.Sub(at))
-						delete(committed, e.ID)
+					if e.ID == warm {
+						mu.Lock()
+						warmed = true
+						mu.Unlock()
 					}
+					watch.Stop(e.ID)
 				}
 			})
 			driven <- err
@@ -259,9 +258,7 @@ func (l *Logical) Latency(logical bool, every, d time.Duration) System {
 				_ = tx.Rollback(ctx)
 				return Sample{}, err
 			}
-			mu.Lock()
-			committed[id] = time.Now()
-			mu.Unlock()
+			watch.Start(id)
 			if err := tx.Commit(ctx); err != nil {
 				return Sample{}, err
 			}
@@ -269,8 +266,7 @@ func (l *Logical) Latency(logical bool, every, d time.Duration) System {
 		if err := <-driven; err != nil {
 			return Sample{}, err
 		}
-		mu.Lock()
-		defer mu.Unlock()
+		lats := watch.Latencies()
 		return Sample{Ops: int64(len(lats)), Elapsed: time.Since(start), Latencies: lats}, nil
 	}}
 }

@@ -4,6 +4,8 @@
 // own side of every cell (and the bare baselines, which need nothing beyond
 // baton's own dependencies); the peers that would bring new dependencies
 // (River, watermill) live in the bench module, which adds them as Systems.
+// A Live run is one of baton's systems run once while it reports its
+// progress: the baton command's bench.
 package benchkit
 
 import (
@@ -219,4 +221,54 @@ func (c *Counter) AwaitSteady(ctx context.Context, start time.Time, d time.Durat
 		return Sample{Elapsed: time.Since(start)}, nil
 	}
 	return Sample{Ops: c.n - c.firstN, Elapsed: c.lastAt.Sub(c.firstAt)}, nil
+}
+
+// Stopwatch times units of work that start in one goroutine and end in
+// another, by key: an entry from its commit to its delivery. Safe for
+// concurrent use.
+type Stopwatch[K comparable] struct {
+	mu      sync.Mutex
+	started map[K]time.Time
+	lats    []time.Duration
+}
+
+// NewStopwatch returns an empty Stopwatch.
+func NewStopwatch[K comparable]() *Stopwatch[K] {
+	return &Stopwatch[K]{started: map[K]time.Time{}}
+}
+
+// Start records that k starts now.
+func (s *Stopwatch[K]) Start(k K) {
+	now := time.Now()
+	s.mu.Lock()
+	s.started[k] = now
+	s.mu.Unlock()
+}
+
+// Forget drops k, started but never to end (its transaction rolled back).
+func (s *Stopwatch[K]) Forget(k K) {
+	s.mu.Lock()
+	delete(s.started, k)
+	s.mu.Unlock()
+}
+
+// Stop records the latency of k, ending now, and reports whether k was
+// started; a key ends once.
+func (s *Stopwatch[K]) Stop(k K) bool {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.started[k]
+	if ok {
+		s.lats = append(s.lats, now.Sub(at))
+		delete(s.started, k)
+	}
+	return ok
+}
+
+// Latencies returns a copy of the latencies recorded so far.
+func (s *Stopwatch[K]) Latencies() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.lats)
 }

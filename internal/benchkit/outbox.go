@@ -110,17 +110,18 @@ func (o *Outbox) ObservedDriverWalk(name string, obs *Observed, batch, n int, d 
 			if obs.Locks != nil {
 				locks = obs.Locks(mem)
 			}
-			return runDriver(ctx, outbox.Config{Store: o.Store, BatchSize: batch, Locks: locks, Hooks: obs.Outbox}, n, d, false, nil)
+			return runDriver(ctx, outbox.Config{Store: o.Store, BatchSize: batch, Locks: locks, Hooks: obs.Outbox}, NewCounter(int64(n)), d, false, nil)
 		},
 	}
 }
 
 // runDriver runs the real outbox.Driver configured by cfg (its Store, Log
 // and BatchSize; the rest is filled in here), with a no-op processor per
-// lane, until n entries were delivered or d passed. steady measures from
+// lane that counts its deliveries into c, until c reaches its target or d
+// passed. steady measures from
 // the first delivery (Counter.AwaitSteady) instead of from the start;
 // delivered, if set, sees every run first.
-func runDriver(ctx context.Context, cfg outbox.Config, n int, d time.Duration, steady bool, delivered func([]outbox.Entry)) (Sample, error) {
+func runDriver(ctx context.Context, cfg outbox.Config, c *Counter, d time.Duration, steady bool, delivered func([]outbox.Entry)) (Sample, error) {
 	if cfg.Locks == nil {
 		locks, err := lockmem.NewProvider(lockmem.Options{})
 		if err != nil {
@@ -128,7 +129,6 @@ func runDriver(ctx context.Context, cfg outbox.Config, n int, d time.Duration, s
 		}
 		cfg.Locks = locks
 	}
-	c := NewCounter(int64(n))
 	for _, lane := range Lanes {
 		cfg.Processors = append(cfg.Processors, outbox.ProcessorFunc{LaneName: lane, Func: func(_ context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
 			if delivered != nil {

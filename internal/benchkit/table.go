@@ -98,6 +98,10 @@ func latencies(samples []Sample) (p50, p99 string) {
 	return fmtDur(StatOf(a).Median), fmtDur(StatOf(b).Median)
 }
 
+// HumanLatency writes a latency rounded to what a measurement means: to
+// the millisecond from 10 ms, to 10 µs from 10 µs, to 100 ns below.
+func HumanLatency(d time.Duration) string { return fmtDur(float64(d)) }
+
 func fmtDur(ns float64) string {
 	d := time.Duration(ns)
 	switch {

@@ -80,14 +80,21 @@ func NewWorkRows(ctx context.Context, pool *pgxpool.Pool) (*WorkRows, error) {
 
 // Fill empties the table and inserts n fresh rows, then analyzes it.
 func (w *WorkRows) Fill(ctx context.Context, n int) error {
-	for _, q := range []string{`TRUNCATE ` + WorkTable,
-		fmt.Sprintf(`INSERT INTO %s (id, seq) SELECT g, g FROM generate_series(1, %d) AS g`, WorkTable, n),
-		`ANALYZE ` + WorkTable} {
-		if _, err := w.Pool.Exec(ctx, q); err != nil {
-			return err
-		}
+	if _, err := w.Pool.Exec(ctx, `TRUNCATE `+WorkTable); err != nil {
+		return err
 	}
-	return nil
+	if err := w.add(ctx, 1, int64(n)); err != nil {
+		return err
+	}
+	_, err := w.Pool.Exec(ctx, `ANALYZE `+WorkTable)
+	return err
+}
+
+// add inserts n fresh rows, numbered from first on.
+func (w *WorkRows) add(ctx context.Context, first, n int64) error {
+	_, err := w.Pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, seq) SELECT g, g FROM generate_series($1::bigint, $2::bigint) AS g`, WorkTable),
+		first, first+n-1)
+	return err
 }
 
 // BurnDown is baton's side of the work-row cells: one Worker whose Run
@@ -110,25 +117,7 @@ func (w *WorkRows) ObservedBurnDown(name string, obs *Observed, concurrency, bat
 		Prepare: func(ctx context.Context) error { return w.Fill(ctx, n) },
 		Run: func(ctx context.Context) (Sample, error) {
 			c := NewCounter(int64(n))
-			st := &countingRows{WorkRows: w.store.WorkRows, c: c}
-			wk, err := workrow.NewWorker(workrow.Config[int64, workRow]{
-				Store:    st,
-				Eligible: workLive,
-				Order:    workOrder,
-				OnClaim:  []workrow.Set{workrow.Add("attempts", 1)},
-				Attempt:  func(r workRow) int { return r.Attempts },
-				OnComplete: func(now time.Time) []workrow.Set {
-					return []workrow.Set{workrow.Assign("completed_at", now)}
-				},
-				Handler: func(context.Context, workrow.Claimed[int64, workRow]) workrow.Outcome {
-					return workrow.Complete()
-				},
-				BatchSize:   batch,
-				Concurrency: concurrency,
-				IdleDelay:   time.Millisecond,
-				ErrorDelay:  10 * time.Millisecond,
-				Hooks:       obs.WorkRow,
-			})
+			wk, err := w.worker(c, concurrency, batch, obs.WorkRow)
 			if err != nil {
 				return Sample{}, err
 			}
@@ -142,4 +131,27 @@ func (w *WorkRows) ObservedBurnDown(name string, obs *Observed, concurrency, bat
 			return s, err
 		},
 	}
+}
+
+// worker is the burn-down's Worker: concurrency no-op handlers claiming
+// batch rows at a time, each row completed at once and counted into c.
+func (w *WorkRows) worker(c *Counter, concurrency, batch int, hooks workrow.Hooks) (*workrow.Worker[int64, workRow], error) {
+	return workrow.NewWorker(workrow.Config[int64, workRow]{
+		Store:    &countingRows{WorkRows: w.store.WorkRows, c: c},
+		Eligible: workLive,
+		Order:    workOrder,
+		OnClaim:  []workrow.Set{workrow.Add("attempts", 1)},
+		Attempt:  func(r workRow) int { return r.Attempts },
+		OnComplete: func(now time.Time) []workrow.Set {
+			return []workrow.Set{workrow.Assign("completed_at", now)}
+		},
+		Handler: func(context.Context, workrow.Claimed[int64, workRow]) workrow.Outcome {
+			return workrow.Complete()
+		},
+		BatchSize:   batch,
+		Concurrency: concurrency,
+		IdleDelay:   time.Millisecond,
+		ErrorDelay:  10 * time.Millisecond,
+		Hooks:       hooks,
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,35 @@ var ErrInterrupted = errors.New("interrupted")
 // OneLine folds a message onto one line.
 func OneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// Message is err's message on one line, each part said once. A driver's
+// message may span lines, one per attempt, and repeat itself: pgx tries a
+// host with TLS and then without, and reports both identical dial errors.
+// A line equal to the end of one already kept is dropped; the lines left
+// are joined with "; " (or a space after a line ending in a colon, which
+// introduces the next).
+func Message(err error) string {
+	var kept []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		l = OneLine(l)
+		if l == "" || slices.ContainsFunc(kept, func(k string) bool { return strings.HasSuffix(k, l) }) {
+			continue
+		}
+		kept = append(kept, l)
+	}
+	var b strings.Builder
+	for i, l := range kept {
+		if i > 0 {
+			if strings.HasSuffix(kept[i-1], ":") {
+				b.WriteString(" ")
+			} else {
+				b.WriteString("; ")
+			}
+		}
+		b.WriteString(l)
+	}
+	return b.String()
 }
 
 // EnvDatabaseURL is read when --postgres is not given.

@@ -35,8 +35,8 @@ var ErrChecksFailed = errors.New("checks failed")
 // Both go through printable.Writer: what the commands print comes partly
 // from the servers (a dead letter's error quotes an engine's answer, a
 // lease row names its holder), and no control character in it may reach
-// the operator's terminal. Only the demo's own progress line writes escape
-// sequences, to the writer underneath.
+// the operator's terminal. Only a progress line (StatusLine: the demo's,
+// bench's) writes escape sequences, its own, to the terminal underneath.
 func Execute(ctx context.Context, root *cobra.Command, args []string, rawStdout, rawStderr io.Writer) int {
 	stdout, stderr := printable.NewWriter(rawStdout), printable.NewWriter(rawStderr)
 	defer stderr.Flush()
@@ -60,7 +60,7 @@ func Execute(ctx context.Context, root *cobra.Command, args []string, rawStdout,
 		fmt.Fprintf(stderr, "%s: interrupted\n", root.Name())
 		return ExitInterrupted
 	}
-	fmt.Fprintf(stderr, "%s: %s\n", root.Name(), OneLine(err.Error()))
+	fmt.Fprintf(stderr, "%s: %s\n", root.Name(), Message(err))
 	var u *UsageError
 	if errors.As(err, &u) || !accepted {
 		// cobra's own errors (unknown command or flag, wrong argument

@@ -2,15 +2,12 @@ package demo
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 
 	"github.com/baton-go/baton/internal/cli"
 )
@@ -80,11 +77,7 @@ func Command(opts CommandOptions) *cobra.Command {
 				// On a terminal the progress line is redrawn with escape
 				// sequences of the demo's own: the ui writes to the terminal
 				// itself and neutralises the text it is given.
-				if raw := unwrapWriter(stdout); isTerminal(raw) {
-					cfg.Out, cfg.TTY = raw, true
-				} else {
-					cfg.Out = stdout
-				}
+				cfg.Out, cfg.Terminal = cli.DetectTerminal(stdout)
 			}
 			if verbose {
 				cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -117,19 +110,4 @@ func Command(opts CommandOptions) *cobra.Command {
 		opts.Flags(f)
 	}
 	return cmd
-}
-
-// isTerminal reports whether w is a terminal, where the progress line is
-// redrawn in place.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-// unwrapWriter returns the writer under a printable.Writer, or w.
-func unwrapWriter(w io.Writer) io.Writer {
-	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
-		return u.Unwrap()
-	}
-	return w
 }

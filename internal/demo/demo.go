@@ -93,8 +93,10 @@ type Config struct {
 	Timings      Timings
 	Scale        demoScale
 	Out          io.Writer // the narrative
-	TTY          bool      // redraw the progress line in place
-	Logger       *slog.Logger
+	// Terminal is what Out can do: redraw the progress line in place, use
+	// colour, and how wide it is. The zero value logs plain lines.
+	Terminal cli.Terminal
+	Logger   *slog.Logger
 	// beforeVerify, for tests, runs after the scenario and before the
 	// verification (to show the verification catches what it should).
 	beforeVerify func(ctx context.Context, d *demo) error
@@ -227,7 +229,7 @@ func Run(ctx context.Context, opts Config) (*Result, error) {
 	}
 	d := &demo{
 		opts: opts, t: opts.Timings, scale: opts.Scale,
-		ui: newUI(opts.Out, opts.TTY), logger: opts.Logger,
+		ui: newUI(opts.Out, opts.Terminal), logger: opts.Logger,
 		board: newLockBoard(), reaper: newReaper(), ledger: newLedger(),
 		parkedIDs: map[outbox.ID]bool{}, requeuedIDs: map[outbox.ID]bool{},
 		res: &Result{Seed: opts.Seed},

@@ -17,6 +17,7 @@ import (
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
+	"github.com/baton-go/baton/internal/cli"
 	"github.com/baton-go/baton/internal/testenv"
 	lockmem "github.com/baton-go/baton/locks/memory"
 )
@@ -98,8 +99,9 @@ func TestDemo_Terminal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a second full demo run; skipped with -short")
 	}
+	t.Setenv(cli.EnvColumns, "")
 	var out strings.Builder
-	res, err := Run(context.Background(), Config{Seed: 7, Out: &out, TTY: true})
+	res, err := Run(context.Background(), Config{Seed: 7, Out: &out, Terminal: cli.Terminal{Redraw: true, Color: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +112,14 @@ func TestDemo_Terminal(t *testing.T) {
 	}
 	if !strings.Contains(text, "\r\x1b[K\x1b[2mdelivered ") {
 		t.Errorf("no progress line redrawn in place:\n%q", text)
+	}
+	// Each redrawn line leaves a column spare, so it never wraps and the
+	// next carriage return erases all of it.
+	for _, drawn := range strings.Split(text, "\x1b[2m")[1:] {
+		line, _, _ := strings.Cut(drawn, "\x1b[0m")
+		if w := cli.DisplayWidth(line); w > cli.DefaultColumns-1 {
+			t.Errorf("a progress line of %d columns on an %d-column terminal: %q", w, cli.DefaultColumns, line)
+		}
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 
 func (d *demo) progressLoop(ctx context.Context) {
 	every := 200 * time.Millisecond
-	if !d.opts.TTY {
+	if !d.opts.Terminal.Redraw {
 		every = 2 * time.Second
 	}
 	t := time.NewTicker(every)

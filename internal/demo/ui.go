@@ -3,26 +3,23 @@ package demo
 import (
 	"fmt"
 	"io"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/baton-go/baton/internal/printable"
+	"github.com/baton-go/baton/internal/cli"
 )
 
 // ui prints the demo's narrative. On a terminal a status line stays at the
 // bottom and is redrawn in place; otherwise progress is logged as plain
-// lines every few seconds.
+// lines every few seconds. Either way the line fits the width
+// (cli.StatusLine).
 type ui struct {
-	mu     sync.Mutex
-	w      io.Writer
-	tty    bool
-	start  time.Time
-	status string
+	line  *cli.StatusLine
+	tty   bool
+	start time.Time
 }
 
-func newUI(w io.Writer, tty bool) *ui {
-	return &ui{w: w, tty: tty, start: time.Now()}
+func newUI(w io.Writer, t cli.Terminal) *ui {
+	return &ui{line: cli.NewStatusLine(w, t), tty: t.Redraw, start: time.Now()}
 }
 
 func (u *ui) elapsed() string {
@@ -31,52 +28,22 @@ func (u *ui) elapsed() string {
 
 // logf prints one narrative line, stamped with the time since the start.
 func (u *ui) logf(format string, args ...any) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.clearLocked()
-	fmt.Fprintf(u.w, "%s %s\n", u.elapsed(), printable.Text(fmt.Sprintf(format, args...)))
-	u.drawLocked()
+	u.line.Print(u.elapsed() + " " + fmt.Sprintf(format, args...) + "\n")
 }
 
 // textf prints lines without a stamp (the header and the summary).
 func (u *ui) textf(format string, args ...any) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.clearLocked()
-	fmt.Fprint(u.w, printable.Text(fmt.Sprintf(format, args...)))
-	u.drawLocked()
+	u.line.Print(fmt.Sprintf(format, args...))
 }
 
 // progress shows the status line: redrawn on a terminal, logged otherwise.
 func (u *ui) progress(s string) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	s = printable.Line(s)
-	if !u.tty {
-		fmt.Fprintf(u.w, "%s   · %s\n", u.elapsed(), s)
+	if u.tty {
+		u.line.Set(s)
 		return
 	}
-	u.status = s
-	u.clearLocked()
-	u.drawLocked()
+	u.line.Set(u.elapsed() + "   · " + s)
 }
 
 // done removes the status line for good.
-func (u *ui) done() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.clearLocked()
-	u.status = ""
-}
-
-func (u *ui) clearLocked() {
-	if u.tty && u.status != "" {
-		fmt.Fprint(u.w, "\r\x1b[K")
-	}
-}
-
-func (u *ui) drawLocked() {
-	if u.tty && u.status != "" {
-		fmt.Fprint(u.w, "\x1b[2m"+strings.TrimSpace(u.status)+"\x1b[0m")
-	}
-}
+func (u *ui) done() { u.line.Clear() }

@@ -3,7 +3,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -68,17 +67,8 @@ func (o *logOracle) check(t *testing.T, es []event) violations {
 	for i, id := range order {
 		rank[id.String()] = i
 	}
-	var firsts []event
-	seen := map[string]bool{}
-	for _, e := range es {
-		if e.Kind == kindDelivered && !seen[e.ID] {
-			seen[e.ID] = true
-			firsts = append(firsts, e)
-		}
-	}
-	slices.SortStableFunc(firsts, func(a, b event) int { return int(a.At - b.At) })
 	prev, prevID := -1, ""
-	for _, e := range firsts {
+	for _, e := range firstDeliveries(es) {
 		r, ok := rank[e.ID]
 		if !ok {
 			continue // rolled back: checkRolledBackNotDelivered says so

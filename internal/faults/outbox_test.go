@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -504,15 +505,7 @@ func checkRolledBackNotDelivered(es []event) violations {
 // delivery of each entry follows the walk's (xid, id) order. Redeliveries
 // after a takeover may repeat entries; they never reorder new ones.
 func checkFirstDeliveriesInOrder(es []event) violations {
-	var firsts []event
-	seen := map[string]bool{}
-	for _, e := range es {
-		if e.Kind == kindDelivered && !seen[e.ID] {
-			seen[e.ID] = true
-			firsts = append(firsts, e)
-		}
-	}
-	slices.SortStableFunc(firsts, func(a, b event) int { return int(a.At - b.At) })
+	firsts := firstDeliveries(es)
 	var v violations
 	var prev outbox.Cursor
 	for _, e := range firsts {
@@ -528,6 +521,31 @@ func checkFirstDeliveriesInOrder(es []event) violations {
 		prev = cur
 	}
 	return v
+}
+
+// firstDeliveries is each entry's first delivery, by the clock its
+// deliverer read, in the order they happened. The collector's order is not
+// that order: it reads every child's connection on a goroutine of its own,
+// so after a takeover the new leader's repeat of an entry can arrive before
+// the deposed leader's earlier delivery of it, still in a socket buffer.
+func firstDeliveries(es []event) []event {
+	first := map[string]int{}
+	var firsts []event
+	for _, e := range es {
+		if e.Kind != kindDelivered {
+			continue
+		}
+		i, ok := first[e.ID]
+		switch {
+		case !ok:
+			first[e.ID] = len(firsts)
+			firsts = append(firsts, e)
+		case e.At < firsts[i].At:
+			firsts[i] = e
+		}
+	}
+	slices.SortStableFunc(firsts, func(a, b event) int { return cmp.Compare(a.At, b.At) })
+	return firsts
 }
 
 // checkNoDeliveryByDeposedLeader: no delivery is made under a lock token

@@ -24,7 +24,7 @@ const (
 	workRows   = 6000
 	// workRowsConcurrent is the table of the concurrent variant: its
 	// workers go faster, and the table must outlast the faults.
-	workRowsConcurrent = 12000
+	workRowsConcurrent = 48000
 	workLease          = time.Second
 )
 
@@ -59,6 +59,7 @@ func workerMain(args []string) int {
 	seedFlag := fs.Uint64("seed", 1, "seed")
 	direct := fs.Bool("direct", false, "negative control: the handler counts its completion itself, outside the finalize")
 	concurrency := fs.Int("concurrency", 1, "handlers at once")
+	batchSize := fs.Int("batch", 20, "rows per claim")
 	rep, ctx, done, err := fs.start(args)
 	if err != nil {
 		return 2
@@ -98,7 +99,7 @@ func workerMain(args []string) int {
 		OnFail: func(_ time.Time, err error) []workrow.Set {
 			return []workrow.Set{workrow.Assign("last_error", err.Error())}
 		},
-		BatchSize:     20,
+		BatchSize:     *batchSize,
 		Concurrency:   *concurrency,
 		Lease:         workLease,
 		FlushInterval: 50 * time.Millisecond,
@@ -132,17 +133,19 @@ func workerMain(args []string) int {
 // and terminated in turn. Every row is completed exactly once, and no
 // finalize under a lock id that no longer owned its row changed it.
 func TestWorkRows_WorkersKilledPausedAndTerminated(t *testing.T) {
-	workRowsFaults(t, 1, workRows)
+	workRowsFaults(t, 1, 20, workRows)
 }
 
 // TestWorkRows_ConcurrentWorkersKilledPausedAndTerminated is the same with
-// 16 handlers per worker: a killed or paused worker holds many rows of
-// several batches at once, and the same invariants hold.
+// 16 handlers per worker fed by claims of 4 rows, four of them in flight at
+// once while the queue is busy (workrow.MaxClaimsInFlight): a killed or
+// paused worker holds many rows of several batches at once, some still
+// being claimed, and the same invariants hold.
 func TestWorkRows_ConcurrentWorkersKilledPausedAndTerminated(t *testing.T) {
-	workRowsFaults(t, 16, workRowsConcurrent)
+	workRowsFaults(t, 16, 4, workRowsConcurrent)
 }
 
-func workRowsFaults(t *testing.T, concurrency, total int) {
+func workRowsFaults(t *testing.T, concurrency, batch, total int) {
 	scenario(t)
 	pgsrv := testenv.StartPostgresServer(t)
 	ctx := context.Background()
@@ -182,7 +185,7 @@ func workRowsFaults(t *testing.T, concurrency, total int) {
 		generation[i]++
 		name := fmt.Sprintf("w%d.%d", i, generation[i])
 		args := []string{"-url", url, "-name", name, "-report", col.addr(), "-seed", fmt.Sprint(*seed*10 + uint64(i*31+generation[i])),
-			"-concurrency", fmt.Sprint(concurrency)}
+			"-concurrency", fmt.Sprint(concurrency), "-batch", fmt.Sprint(batch)}
 		if *negative {
 			args = append(args, "-direct")
 		}
@@ -266,7 +269,7 @@ func workRowsFaults(t *testing.T, concurrency, total int) {
 	if err := setup.QueryRow(ctx, `SELECT count(*) FROM `+workTable+` WHERE attempts > 1`).Scan(&retried); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("figure workrows %d rows drained by handlers of concurrency %d in %v with %d faults; %d rows took more than one attempt",
-		total, concurrency, took.Round(time.Millisecond), len(kinds), retried)
+	t.Logf("figure workrows %d rows drained by handlers of concurrency %d (batch %d) in %v with %d faults; %d rows took more than one attempt",
+		total, concurrency, batch, took.Round(time.Millisecond), len(kinds), retried)
 	reportViolations(t, v)
 }

@@ -73,6 +73,14 @@ type ExecCommitter interface {
 	ExecCommit(ctx context.Context, sql string, args ...any) (int64, error)
 }
 
+// TxBatcher is a DB that can send a whole transaction in one round trip.
+type TxBatcher interface {
+	// ExecTx runs stmts in order in one READ COMMITTED transaction and
+	// commits it, all in one round trip, and returns their row counts.
+	// When one fails, nothing is committed.
+	ExecTx(ctx context.Context, stmts ...Statement) ([]int64, error)
+}
+
 // Copier is a Tx that can load rows with COPY.
 type Copier interface {
 	// CopyFrom copies rows into the table (schema and name; schema ""

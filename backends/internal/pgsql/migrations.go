@@ -95,8 +95,9 @@ func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
 // ddl is one statement of a migration file, comments removed, in the
 // order the files run them.
 type ddl struct {
-	pos int
-	sql string
+	pos     int
+	sql     string
+	version int // of the migration it is part of
 }
 
 // statements are the statements of every migration, in order: the source
@@ -108,12 +109,14 @@ var statements = splitStatements(migrations)
 // StatementEnd block, which is one statement. Comment lines are dropped.
 func splitStatements(ms []migration) []ddl {
 	var out []ddl
+	var version int
 	emit := func(s string) {
 		if s = strings.Join(strings.Fields(s), " "); s != "" {
-			out = append(out, ddl{pos: len(out), sql: strings.TrimSuffix(s, ";")})
+			out = append(out, ddl{pos: len(out), sql: strings.TrimSuffix(s, ";"), version: version})
 		}
 	}
 	for _, m := range ms {
+		version = m.Version
 		var cur strings.Builder
 		block := false
 		for line := range strings.Lines(m.SQL) {
@@ -322,9 +325,16 @@ func SchemaSQLFrom(from int) (string, error) {
 		body = strings.TrimRight(body, " \t\r\n")
 		b.WriteString(body)
 		b.WriteString("\n")
-		// The title matches [a-z0-9_]+ (checked at load), so it needs no
-		// escaping inside the string literal.
-		fmt.Fprintf(&b, "INSERT INTO %s (version, name) VALUES (%d, '%s');\n", migrationsTable, m.Version, m.Title)
+		b.WriteString(m.record())
+		b.WriteString(";\n")
 	}
 	return b.String(), nil
+}
+
+// record is the statement that records m as applied in the version table
+// of the search_path's first schema.
+func (m migration) record() string {
+	// The title matches [a-z0-9_]+ (checked at load), so it needs no
+	// escaping inside the string literal.
+	return fmt.Sprintf("INSERT INTO %s (version, name) VALUES (%d, '%s')", migrationsTable, m.Version, m.Title)
 }

@@ -311,9 +311,9 @@ func TestCompareShapesNamesAPartialIndexPredicateAndADescendingColumn(t *testing
 }
 
 func TestSplitStatementsCutsWhereGooseDoes(t *testing.T) {
-	got := splitStatements([]migration{{SQL: "-- +goose Up\n-- a comment; with a semicolon\nCREATE TABLE a (x int);\n" +
+	got := splitStatements([]migration{{Version: 7, SQL: "-- +goose Up\n-- a comment; with a semicolon\nCREATE TABLE a (x int);\n" +
 		"CREATE INDEX a_x\n    ON a (x);\n-- +goose StatementBegin\nCREATE FUNCTION f() RETURNS int AS $$ SELECT 1; $$ LANGUAGE sql;\n-- +goose StatementEnd\n"}})
-	want := []ddl{{0, "CREATE TABLE a (x int)"}, {1, "CREATE INDEX a_x ON a (x)"}, {2, "CREATE FUNCTION f() RETURNS int AS $$ SELECT 1; $$ LANGUAGE sql"}}
+	want := []ddl{{0, "CREATE TABLE a (x int)", 7}, {1, "CREATE INDEX a_x ON a (x)", 7}, {2, "CREATE FUNCTION f() RETURNS int AS $$ SELECT 1; $$ LANGUAGE sql", 7}}
 	if !slices.Equal(got, want) {
 		t.Errorf("splitStatements = %+v, want %+v", got, want)
 	}

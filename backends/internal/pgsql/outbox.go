@@ -133,11 +133,15 @@ func decodeTraceContext(v pgtype.Text) outbox.TraceContext {
 // OutboxStatements are an OutboxStore's statements over its (quoted)
 // tables; exported for the adapters' plan tests.
 type OutboxStatements struct {
-	Enqueue        string
-	Scan           string
-	LockCursor     string
-	Park           string
-	WriteState     string
+	Enqueue    string
+	Scan       string
+	LockCursor string
+	Park       string
+	WriteState string
+	// LockCursorRows then WriteStateIf: a settlement sent at once, in one
+	// round trip (Settle on a TxBatcher).
+	LockCursorRows string
+	WriteStateIf   string
 	State          string
 	ListDead       string
 	ListDeadBefore string
@@ -174,6 +178,8 @@ func newOutboxStatements(schema string) OutboxStatements {
 		LockCursor:     outboxLockCursorSQL(st),
 		Park:           outboxParkSQL(t, d),
 		WriteState:     outboxWriteStateSQL(st),
+		LockCursorRows: outboxLockCursorRowsSQL(st),
+		WriteStateIf:   outboxWriteStateIfSQL(st),
 		State:          `SELECT key, value FROM ` + st + ` WHERE value IS NOT NULL`,
 		ListDead:       outboxListDeadSQL(d, false),
 		ListDeadBefore: outboxListDeadSQL(d, true),
@@ -290,6 +296,41 @@ INSERT INTO ` + st + ` AS s (key, value)
 SELECT u.key, u.value FROM unnest($1::text[], $2::text[]) AS u (key, value)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value
 WHERE s.value IS DISTINCT FROM excluded.value`
+}
+
+// outboxLockCursorRowsSQL locks the two cursor keys of the quoted state
+// table st where they are stored, inserting nothing: the first statement
+// of a settlement sent at once (settleAtOnce). Parameters: $1 and $2 the
+// keys.
+func outboxLockCursorRowsSQL(st string) string {
+	return `SELECT key FROM ` + st + ` WHERE key IN ($1, $2) FOR UPDATE`
+}
+
+// outboxWriteStateIfSQL is outboxWriteStateSQL guarded by a compare of
+// the cursor: it writes only when the two cursor keys hold the values the
+// settlement started from, and then returns one row; otherwise it writes
+// nothing and returns none. Parameters: $1 to $3 as outboxWriteStateSQL's,
+// $4 and $5 the cursor keys, $6 and $7 their expected values.
+//
+// It runs after outboxLockCursorRowsSQL in the same READ COMMITTED
+// transaction: its snapshot is taken after that lock was granted, so it
+// compares with the latest committed cursor, which nobody can change
+// before this transaction ends. (The data-modifying parts run whether or
+// not the final SELECT reads them; each is filtered by the guard.)
+func outboxWriteStateIfSQL(st string) string {
+	return `WITH ok AS (
+    SELECT count(*) = 2 AS ok FROM ` + st + `
+    WHERE (key = $4 AND value = $6) OR (key = $5 AND value = $7)
+), removed AS (
+    DELETE FROM ` + st + ` WHERE key = ANY ($3::text[]) AND (SELECT ok FROM ok)
+), written AS (
+    INSERT INTO ` + st + ` AS s (key, value)
+    SELECT u.key, u.value FROM unnest($1::text[], $2::text[]) AS u (key, value)
+    WHERE (SELECT ok FROM ok)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value
+    WHERE s.value IS DISTINCT FROM excluded.value
+)
+SELECT 1 FROM ok WHERE ok`
 }
 
 // outboxListDeadSQL lists dead letters of the quoted table d without
@@ -420,11 +461,18 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 // st.From (exclusive) and st.To (inclusive); otherwise nothing is written
 // and the error says how many were found.
 //
-// On pgx a settlement without parked entries takes two round trips: BEGIN
-// with the cursor lock, the state write with COMMIT. Parking adds one.
+// On pgx a settlement without parked entries takes one round trip
+// (settleAtOnce) when it is granted; a refused one, or one with parked
+// entries, runs the transaction above: two round trips, BEGIN with the
+// cursor lock and the state write with COMMIT, and one more to park.
 func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 	if err := outbox.ValidateSettlement(st); err != nil {
 		return s.a.errorf("outbox settle: %w", err)
+	}
+	if len(st.Park) == 0 {
+		if done, err := s.settleAtOnce(ctx, st); err != nil || done {
+			return err
+		}
 	}
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
@@ -432,6 +480,31 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 	}
 	defer rollback(ctx, tx)
 	return s.settle(ctx, tx, st, true)
+}
+
+// settleAtOnce writes a settlement without parked entries as one
+// transaction sent in one round trip, where the handle can (TxBatcher):
+// lock the stored cursor rows, write the state only if they hold st.From
+// (outboxWriteStateIfSQL), commit. It reports false when it wrote nothing:
+// the cursor moved, or its keys were never stored. Settle's full
+// transaction then gives the answer, and the error that names the stored
+// cursor, so only a refused settlement (rare: a deposed leader) or the
+// very first one pays twice.
+func (s *OutboxStore) settleAtOnce(ctx context.Context, st outbox.Settlement) (bool, error) {
+	db, ok := s.db.(TxBatcher)
+	if !ok {
+		return false, nil
+	}
+	keys, values, remove := settlementState(st)
+	fromXID, fromID := outbox.CursorState(st.From)
+	n, err := db.ExecTx(ctx,
+		Statement{SQL: s.sql.LockCursorRows, Args: []any{outbox.KeyLastScannedXID, outbox.KeyLastScannedID}},
+		Statement{SQL: s.sql.WriteStateIf, Args: []any{keys, values, remove, outbox.KeyLastScannedXID, outbox.KeyLastScannedID, fromXID, fromID}},
+	)
+	if err != nil {
+		return false, s.a.MapError(AreaSettle, "write state", err)
+	}
+	return n[1] == 1, nil
 }
 
 // SettleIn runs a validated settlement in tx, everything but the commit,

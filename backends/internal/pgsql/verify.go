@@ -23,6 +23,9 @@ type SchemaError struct {
 	// ones that only add an index itself; the others may fail on, or
 	// change, the data there is: check it before running them.
 	DDL []string
+	// Repairs says, problem by problem (in the order of Problems), what
+	// fixes it: Migrate by itself, or statements (also in DDL).
+	Repairs []Repair
 
 	adapter Adapter
 	migrate bool // the report of Migrate, which repaired what it could
@@ -59,6 +62,31 @@ func (e *SchemaError) Error() string {
 	return b.String()
 }
 
+// Repair is what fixes one problem of a SchemaError.
+type Repair struct {
+	// Problem is the difference, as Problems words it.
+	Problem string
+	// Migrate is set when Migrate fixes it by itself: it recreates a
+	// missing index and applies the migrations not recorded yet. Never set
+	// in Migrate's own report, which lists what it left.
+	Migrate bool
+	// DDL are the statements that fix it, in the order to run them, on a
+	// session whose search_path is the schema; none when only Migrate, or
+	// a person, can.
+	DDL []string
+}
+
+// MigrateRepairs counts the problems Migrate fixes by itself.
+func (e *SchemaError) MigrateRepairs() int {
+	n := 0
+	for _, r := range e.Repairs {
+		if r.Migrate {
+			n++
+		}
+	}
+	return n
+}
+
 // Is reports whether target is ErrSchemaMismatch.
 func (e *SchemaError) Is(target error) bool { return target == ErrSchemaMismatch }
 
@@ -68,6 +96,10 @@ type problem struct {
 	text   string
 	fix    []string
 	repair bool // Migrate may run the fix itself: it only adds an index
+	// migrates: Migrate fixes it by applying what is not recorded yet.
+	migrates bool
+	// version is the migration that makes the object; 0 when none does.
+	version int
 }
 
 // schemaError collects problems into a SchemaError, with their fixes once
@@ -78,6 +110,7 @@ func schemaError(a Adapter, schema string, problems []problem, migrate bool) *Sc
 	e := &SchemaError{Schema: schema, adapter: a, migrate: migrate}
 	for _, p := range problems {
 		e.Problems = append(e.Problems, p.text)
+		e.Repairs = append(e.Repairs, Repair{Problem: p.text, Migrate: !migrate && (p.repair || p.migrates), DDL: p.fix})
 		for _, f := range p.fix {
 			if !slices.Contains(e.DDL, f) {
 				e.DDL = append(e.DDL, f)
@@ -185,7 +218,18 @@ func VerifySchema(ctx context.Context, b Beginner, c SchemaOptions) error {
 		return c.Adapter.errorf("verify schema %q: %w", schema, err)
 	}
 	if recorded && version < latestVersion {
-		problems = append(problems, problem{text: fmt.Sprintf("%s records migration version %d, want %d", migrationsTable, version, latestVersion)})
+		pending, err := readPending(ctx, tx, schema)
+		if err != nil {
+			return c.Adapter.errorf("verify schema %q: %w", schema, err)
+		}
+		for i, p := range problems {
+			if pending.absent[p.version] {
+				// Migrate applies the migration that makes it; its
+				// statements run alone would make Migrate's fail.
+				problems[i].migrates, problems[i].fix = true, nil
+			}
+		}
+		problems = append(problems, pending.problem(version))
 	}
 	if len(problems) > 0 {
 		return schemaError(c.Adapter, schema, problems, false)
@@ -236,18 +280,87 @@ WHERE n.nspname = $1 AND c.relname = $2`, schema, ProjectionGenerationSequence)
 	case err != nil:
 		return problem{}, fmt.Errorf("read sequence %s: %w", ProjectionGenerationSequence, err)
 	case len(caches) == 0:
-		var fix []string
+		p := problem{text: fmt.Sprintf("sequence %s is missing", ProjectionGenerationSequence)}
 		for _, pattern := range []string{`^CREATE SEQUENCE %s `, `^ALTER SEQUENCE %s OWNED BY`} {
 			if s, ok := statement(pattern, ProjectionGenerationSequence); ok {
-				fix = append(fix, s.sql)
+				p.fix, p.version = append(p.fix, s.sql), s.version
 			}
 		}
-		return problem{text: fmt.Sprintf("sequence %s is missing", ProjectionGenerationSequence), fix: fix}, nil
+		return p, nil
 	case caches[0] != 1:
 		return problem{text: fmt.Sprintf("sequence %s caches %d numbers per session, want 1 (projection refreshes are ordered by the numbers it hands out)",
 			ProjectionGenerationSequence, caches[0]), fix: []string{"ALTER SEQUENCE " + quote(ProjectionGenerationSequence) + " CACHE 1"}}, nil
 	}
 	return problem{}, nil
+}
+
+// pendingMigrations are the migrations a version table does not record,
+// sorted by what fixes them. Migrate runs every migration not recorded,
+// which fails on the objects of one that was applied and only its record
+// lost; a version table with no record at all it adopts instead, recording
+// the migrations whose tables it finds. So a migration not recorded with
+// none of its objects (the tables it makes and the columns it adds) is
+// Migrate's (absent), one with all of them takes the statement that
+// records it (unless Migrate adopts), and one with some is left to a
+// person.
+type pendingMigrations struct {
+	absent  map[int]bool // versions with none of their objects
+	record  []string     // the statements recording those with all of them
+	partial bool         // a version has some of its objects only
+}
+
+func readPending(ctx context.Context, q Querier, schema string) (pendingMigrations, error) {
+	pm := pendingMigrations{absent: map[int]bool{}}
+	applied, err := appliedVersions(ctx, q, qualified(schema, migrationsTable))
+	if err != nil {
+		return pm, err
+	}
+	present, err := readTables(ctx, q, schema, Tables())
+	if err != nil {
+		return pm, err
+	}
+	for _, m := range migrations {
+		if applied[m.Version] {
+			continue
+		}
+		objects, found := 0, 0
+		for _, t := range expectedShape {
+			got := present[t.Name]
+			if t.Version == m.Version {
+				objects++
+				if got != nil {
+					found++
+				}
+			}
+			for _, c := range t.Columns {
+				if c.Version == m.Version {
+					objects++
+					if _, ok := got.columns()[c.Name]; ok {
+						found++
+					}
+				}
+			}
+		}
+		switch {
+		case found == 0:
+			pm.absent[m.Version] = true
+		case len(applied) == 0: // adopted: Migrate records the ones it finds
+		case found == objects:
+			pm.record = append(pm.record, m.record())
+		default:
+			pm.partial = true
+		}
+	}
+	return pm, nil
+}
+
+// problem is the version table's own problem, recording version.
+func (pm pendingMigrations) problem(version int) problem {
+	return problem{
+		text:     fmt.Sprintf("%s records migration version %d, want %d", migrationsTable, version, latestVersion),
+		fix:      pm.record,
+		migrates: len(pm.record) == 0 && !pm.partial,
+	}
 }
 
 // recordedVersion returns the highest version in the schema's version
@@ -268,6 +381,14 @@ func recordedVersion(ctx context.Context, q Querier, schema string) (version int
 		return 0, false, fmt.Errorf("read %s: %w", migrationsTable, err)
 	}
 	return int(v), true, nil
+}
+
+// columns are t's columns; none for a table that is not there (nil).
+func (t *actualTable) columns() map[string]columnShape {
+	if t == nil {
+		return nil
+	}
+	return t.Columns
 }
 
 // actualTable is a table as the catalog describes it.
@@ -362,11 +483,16 @@ ORDER BY t.relname, i.relname`
 // indexes; each with what fixes it.
 func compareShapes(expected []tableShape, actual map[string]*actualTable) []problem {
 	var problems []problem
+	version := 0 // of the table being compared
 	add := func(p problem, format string, args ...any) {
 		p.text = fmt.Sprintf(format, args...)
+		if p.version == 0 { // a column a later migration adds has its own
+			p.version = version
+		}
 		problems = append(problems, p)
 	}
 	for _, want := range expected {
+		version = want.Version
 		t := quote(want.Name)
 		got := actual[want.Name]
 		if got == nil {
@@ -392,7 +518,7 @@ func compareShapes(expected []tableShape, actual map[string]*actualTable) []prob
 					fix = []string{"ALTER TABLE " + t + " ADD COLUMN " + def}
 					keyed = keyed || strings.Contains(def, "PRIMARY KEY")
 				}
-				add(problem{fix: fix}, "column %s.%s is missing (want %s)", want.Name, wc.Name, describeColumn(wc))
+				add(problem{fix: fix, version: wc.Version}, "column %s.%s is missing (want %s)", want.Name, wc.Name, describeColumn(wc))
 				continue
 			case gc.Type != wc.Type:
 				typ := wc.Type
