@@ -128,7 +128,8 @@ func newOutboxSuite(factory func(t *testing.T) OutboxHarness, features OutboxFea
 // checks lists the suite's subtests, area by area.
 func (s *outboxSuite) checks() []check {
 	return concat(s.orderChecks(), s.scanChecks(), s.enqueueChecks(), s.settleChecks(), s.stateChecks(),
-		s.deadChecks(), s.retentionChecks(), s.inputChecks(), s.wakeChecks(), s.bulkChecks())
+		s.deadChecks(), s.retentionChecks(), s.inputChecks(), s.wakeChecks(), s.bulkChecks(),
+		s.traceChecks())
 }
 
 func (s *outboxSuite) harness(t *testing.T) OutboxHarness {

@@ -66,6 +66,10 @@ var outboxVariants = []outboxVariant{
 		producer(func(st *memory.OutboxStore) conformance.OutboxProducer {
 			return txWrap(st, func(tx *memory.OutboxTx) conformance.OutboxTx { return &abortOnInvalid{OutboxTx: tx} })
 		})},
+	{variant{"invalid-trace-context-dropped-silently", "O9", "EnqueueRejectsInvalidEntries"},
+		producer(func(st *memory.OutboxStore) conformance.OutboxProducer {
+			return txWrap(st, func(tx *memory.OutboxTx) conformance.OutboxTx { return traceUnchecked{tx} })
+		})},
 	{variant{"oversized-payload-without-the-sentinel", "O10", "EnqueueRejectsOversizedPayloads"},
 		producer(func(st *memory.OutboxStore) conformance.OutboxProducer {
 			return txWrap(st, func(tx *memory.OutboxTx) conformance.OutboxTx { return ownSizeCheckTx{tx} })
@@ -154,6 +158,12 @@ var outboxVariants = []outboxVariant{
 	{variant{"idle-reports-no-newest-entry", "O40", "IdleReportsTheNewestEntryAfterTheCursor"}, flawedWake(newestIsZero)},
 	{variant{"listener-dead-after-a-timeout", "O41", "AWaitThatTimesOutLeavesTheListenerWorking"}, flawedWake(deadAfterTimeout)},
 	{variant{"one-channel-for-every-outbox", "O42", "AnotherOutboxDoesNotWakeIt"}, flawedWake(oneChannelForAll)},
+	{variant{"enqueue-drops-the-trace-context", "O44", "TraceContextTravelsWithTheEntry"},
+		producer(func(st *memory.OutboxStore) conformance.OutboxProducer {
+			return txWrap(st, func(tx *memory.OutboxTx) conformance.OutboxTx { return traceDropped{tx} })
+		})},
+	{variant{"dead-letter-drops-the-trace-context", "O44", "TraceContextTravelsWithTheEntry"},
+		store(func(st *memory.OutboxStore) outbox.Store { return deadWithoutTrace{st} })},
 }
 
 func outboxBroken() brokenSuite {

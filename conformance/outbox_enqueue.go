@@ -52,6 +52,21 @@ func (s *outboxSuite) invalidEntries(t *testing.T, x *outboxT) {
 			t.Errorf("Enqueue with %s: err = %v, want one wrapping outbox.ErrInvalidEntry", tc.name, err)
 		}
 	}
+	// A valid entry on a context carrying a trace context that is not one.
+	for _, tc := range []struct {
+		name  string
+		trace outbox.TraceContext
+	}{
+		{"a tracestate without a traceparent", outbox.TraceContext{TraceState: "k=v"}},
+		{"a traceparent that is not hex", outbox.TraceContext{TraceParent: strings.Repeat("z", 55)}},
+		{"a traceparent too long", outbox.TraceContext{TraceParent: strings.Repeat("a", outbox.MaxTraceParentLength+1)}},
+		{"a tracestate too long", outbox.TraceContext{TraceParent: outboxTraceB.TraceParent, TraceState: strings.Repeat("k", outbox.MaxTraceStateLength+1)}},
+		{"a tracestate with a newline", outbox.TraceContext{TraceParent: outboxTraceB.TraceParent, TraceState: "a=b\nc=d"}},
+	} {
+		if err := tx.Enqueue(outbox.WithTraceContext(ctx, tc.trace), outbox.NewID(), outboxLaneA, valid); !errors.Is(err, outbox.ErrInvalidEntry) {
+			t.Errorf("Enqueue with %s: err = %v, want one wrapping outbox.ErrInvalidEntry", tc.name, err)
+		}
+	}
 	// The longest lane is fine.
 	long := outboxEntry(strings.Repeat("l", outbox.MaxLaneLength), 3)
 	x.enqueue(tx, ok2, long)

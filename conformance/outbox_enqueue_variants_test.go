@@ -249,3 +249,22 @@ func (t staleTx) Enqueue(ctx context.Context, id outbox.ID, lane string, payload
 	}
 	return err
 }
+
+// traceUnchecked enqueues an entry whose context carries an invalid trace
+// context without one, instead of refusing it.
+type traceUnchecked struct{ *memory.OutboxTx }
+
+func (t traceUnchecked) Enqueue(ctx context.Context, id outbox.ID, lane string, payload []byte) error {
+	if _, err := outbox.TraceContextFrom(ctx); err != nil {
+		ctx = outbox.WithTraceContext(ctx, outbox.TraceContext{})
+	}
+	return t.OutboxTx.Enqueue(ctx, id, lane, payload)
+}
+
+// traceDropped ignores the trace context Enqueue's context carries, as an
+// adapter that never reads it would.
+type traceDropped struct{ *memory.OutboxTx }
+
+func (t traceDropped) Enqueue(ctx context.Context, id outbox.ID, lane string, payload []byte) error {
+	return t.OutboxTx.Enqueue(outbox.WithTraceContext(ctx, outbox.TraceContext{}), id, lane, payload)
+}

@@ -122,10 +122,16 @@ func (x *outboxT) begin() OutboxTx {
 	return tx
 }
 
+// enqueue enqueues es in tx, each with its TraceContext on the context
+// when it has one.
 func (x *outboxT) enqueue(tx OutboxTx, es ...outbox.Entry) {
 	x.t.Helper()
 	for _, e := range es {
-		if err := tx.Enqueue(x.ctx, e.ID, e.Lane, e.Payload); err != nil {
+		ctx := x.ctx
+		if !e.TraceContext.IsZero() {
+			ctx = outbox.WithTraceContext(ctx, e.TraceContext)
+		}
+		if err := tx.Enqueue(ctx, e.ID, e.Lane, e.Payload); err != nil {
 			x.t.Fatalf("Enqueue(%s, %q): %v", e.ID, e.Lane, err)
 		}
 	}
@@ -248,6 +254,9 @@ func (x *outboxT) checkEntries(what string, got []outbox.Entry, want ...outbox.E
 		if !samePayload(got[i].Payload, want[i].Payload) {
 			x.t.Errorf("%s: entry %s has payload %s, want the JSON value %s", what, got[i].ID, got[i].Payload, want[i].Payload)
 		}
+		if got[i].TraceContext != want[i].TraceContext {
+			x.t.Errorf("%s: entry %s has trace context %+v, want %+v", what, got[i].ID, got[i].TraceContext, want[i].TraceContext)
+		}
 	}
 }
 
@@ -347,6 +356,9 @@ func (x *outboxT) checkDead(d outbox.DeadLetter, e outbox.Entry, reason string, 
 	}
 	if d.ParkedAt.IsZero() {
 		x.t.Errorf("dead letter %s has no ParkedAt", d.ID)
+	}
+	if d.TraceContext != e.TraceContext {
+		x.t.Errorf("dead letter %s has trace context %+v, want the parked entry's %+v", d.ID, d.TraceContext, e.TraceContext)
 	}
 	if withPayload && !samePayload(d.Payload, e.Payload) {
 		x.t.Errorf("dead letter %s has payload %s, want the JSON value %s", d.ID, d.Payload, e.Payload)

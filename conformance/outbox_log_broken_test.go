@@ -202,6 +202,16 @@ var outboxLogVariants = []outboxLogVariant{
 		})},
 	{variant{"log-cancel-loses-the-cause", "R17", "LogCancelledContextIsRecognisable"},
 		logWrap(func(st *memory.OutboxStore, l *memory.OutboxLog) outbox.LogStore { return logCauseLost{l} })},
+	{variant{"log-drops-the-trace-context", "R18", "LogEntriesCarryTheirTraceContext"},
+		readerWrap(func(_ *memory.OutboxStore, r outbox.LogReader) outbox.LogReader {
+			return readFunc{r, func(ctx context.Context, after outbox.LogPosition, limit int, wait time.Duration) (outbox.LogBatch, error) {
+				b, err := r.Read(ctx, after, limit, wait)
+				for i := range b.Entries {
+					b.Entries[i].TraceContext = outbox.TraceContext{}
+				}
+				return b, err
+			}}
+		})},
 }
 
 func compareU64(a, b uint64) int {

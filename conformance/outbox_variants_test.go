@@ -207,6 +207,24 @@ func (b noDeadPayload) GetDead(ctx context.Context, id outbox.ID) (outbox.DeadLe
 	return d, err
 }
 
+// deadWithoutTrace reads dead letters without their trace contexts, as a
+// store whose dead-letter table lacks the column would.
+type deadWithoutTrace struct{ *memory.OutboxStore }
+
+func (b deadWithoutTrace) GetDead(ctx context.Context, id outbox.ID) (outbox.DeadLetter, error) {
+	d, err := b.OutboxStore.GetDead(ctx, id)
+	d.TraceContext = outbox.TraceContext{}
+	return d, err
+}
+
+func (b deadWithoutTrace) ListDead(ctx context.Context, opts outbox.ListOptions) ([]outbox.DeadLetter, error) {
+	ds, err := b.OutboxStore.ListDead(ctx, opts)
+	for i := range ds {
+		ds[i].TraceContext = outbox.TraceContext{}
+	}
+	return ds, err
+}
+
 // parkWhatIsThere parks the entries it finds between the cursors and
 // drops the rest of the list without a word.
 type parkWhatIsThere struct{ *memory.OutboxStore }

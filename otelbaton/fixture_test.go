@@ -28,6 +28,7 @@ type fixture struct {
 	t      *testing.T
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.InMemoryExporter
+	tp     *sdktrace.TracerProvider
 	obs    *otelbaton.Observer
 }
 
@@ -47,7 +48,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, reader: reader, spans: spans, obs: obs}
+	return &fixture{t: t, reader: reader, spans: spans, tp: tp, obs: obs}
 }
 
 // metric collects and returns the named metric; ok is false when it has

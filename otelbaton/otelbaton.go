@@ -11,6 +11,10 @@
 //	lease.Config{..., Hooks: obs.Leases()}
 //	workrow.Config[K, R]{..., Hooks: obs.WorkRows("emails")}
 //
+// A producer that enqueues with Inject(ctx) carries its request's trace
+// context with the entries; the span of the run that delivers them links
+// to the request's span.
+//
 // The instruments, their units and attributes are listed in
 // docs/observability.md.
 package otelbaton

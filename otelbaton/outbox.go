@@ -102,19 +102,27 @@ func (h outboxHooks) PassEnded(ctx context.Context, p outbox.PassEnd) {
 	span.End()
 }
 
-var runStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+var runKind = trace.WithSpanKind(trace.SpanKindProducer)
+
+var runStart = []trace.SpanStartOption{runKind}
 
 // RunStarted starts the run's span, under a pass span that records: the
 // runs of a pass are traced with it or not at all. A run can be a single
-// entry, and the relay must not pay for spans nobody keeps. The attributes
-// are set once the span records (a sampler deciding on start attributes
-// sees none).
+// entry, and the relay must not pay for spans nobody keeps. The span links
+// to the span of each request that enqueued an entry of the run (the trace
+// context the entry carries, Inject), given at the start so a sampler sees
+// them. The attributes are set once the span records (a sampler deciding
+// on start attributes sees none).
 func (h outboxHooks) RunStarted(ctx context.Context, r outbox.RunStart) context.Context {
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx
 	}
 	a := h.o.lane(r.Lane)
-	ctx, span := h.o.tracer.Start(ctx, a.spanName, runStart...)
+	opts := runStart
+	if links := producerLinks(r.Entries); len(links) > 0 {
+		opts = []trace.SpanStartOption{runKind, trace.WithLinks(links...)}
+	}
+	ctx, span := h.o.tracer.Start(ctx, a.spanName, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(a.spanAttrs...)
 	}

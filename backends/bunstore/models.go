@@ -54,15 +54,18 @@ type RoleLease struct {
 
 // OutboxEntry is a row of baton_outbox. Write entries with Enqueue, which
 // validates them; XID and CreatedAt come from the column defaults (a zero
-// value makes bun write DEFAULT).
+// value makes bun write DEFAULT). TraceContext is the producer's W3C trace
+// context as outbox.TraceContext.Encode writes it (read it with
+// outbox.DecodeTraceContext), nil for none.
 type OutboxEntry struct {
 	bun.BaseModel `bun:"table:baton_outbox,alias:baton_outbox"`
 
-	XID       uint64          `bun:"xid,notnull,nullzero,type:xid8,default:pg_current_xact_id()"`
-	ID        UUID            `bun:"id,pk,type:uuid"`
-	Lane      string          `bun:"lane,notnull,type:text"`
-	Payload   json.RawMessage `bun:"payload,notnull,type:jsonb"`
-	CreatedAt time.Time       `bun:"created_at,notnull,nullzero,type:timestamptz,default:now()"`
+	XID          uint64          `bun:"xid,notnull,nullzero,type:xid8,default:pg_current_xact_id()"`
+	ID           UUID            `bun:"id,pk,type:uuid"`
+	Lane         string          `bun:"lane,notnull,type:text"`
+	Payload      json.RawMessage `bun:"payload,notnull,type:jsonb"`
+	CreatedAt    time.Time       `bun:"created_at,notnull,nullzero,type:timestamptz,default:now()"`
+	TraceContext *string         `bun:"trace_context,type:text"`
 }
 
 // OutboxState is a row of baton_outbox_state: one fact the outbox keeps
@@ -74,7 +77,8 @@ type OutboxState struct {
 	Value *string `bun:"value,type:text"`
 }
 
-// OutboxDeadLetter is a row of baton_outbox_dead: a parked entry.
+// OutboxDeadLetter is a row of baton_outbox_dead: a parked entry, with its
+// entry's trace context (as OutboxEntry's).
 type OutboxDeadLetter struct {
 	bun.BaseModel `bun:"table:baton_outbox_dead,alias:baton_outbox_dead"`
 
@@ -86,6 +90,8 @@ type OutboxDeadLetter struct {
 	ParkedAt   time.Time       `bun:"parked_at,notnull,nullzero,type:timestamptz,default:now()"`
 	RequeuedAs UUID            `bun:"requeued_as,type:uuid"`
 	RequeuedAt bun.NullTime    `bun:"requeued_at,type:timestamptz"`
+	// TraceContext is the parked entry's, as OutboxEntry.TraceContext.
+	TraceContext *string `bun:"trace_context,type:text"`
 }
 
 // ProjectionHeader is a row of baton_projection_header (UNLOGGED): one

@@ -24,7 +24,9 @@ import (
 // transaction stays usable; an id that an entry or a dead letter has, with
 // one wrapping outbox.ErrIDInUse. Any other failure is an error of a
 // statement inside the transaction, which PostgreSQL then refuses to
-// continue: roll it back. The values travel as parameters.
+// continue: roll it back. The values travel as parameters. The trace
+// context ctx carries (outbox.WithTraceContext) is stored with the entry,
+// NULL without one, and validated like the rest.
 //
 // The walk delivers entries in (xid, id) order: the order in which the
 // producing transactions made their first write, not commit order. Make

@@ -121,9 +121,11 @@ func (tx *OutboxTx) XID() uint64 {
 }
 
 // Enqueue writes an entry in the transaction, visible to Scan once the
-// transaction commits. An invalid entry (outbox.ValidateEntry) or an id
-// that the outbox or an open transaction already holds is rejected and
-// nothing is written; the transaction stays usable.
+// transaction commits, with the trace context ctx carries
+// (outbox.WithTraceContext). An invalid entry (outbox.ValidateEntry), an
+// invalid trace context (outbox.TraceContextFrom) or an id that the outbox
+// or an open transaction already holds is rejected and nothing is written;
+// the transaction stays usable.
 func (tx *OutboxTx) Enqueue(ctx context.Context, id outbox.ID, lane string, payload []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -135,6 +137,10 @@ func (tx *OutboxTx) Enqueue(ctx context.Context, id outbox.ID, lane string, payl
 		return ErrTxDone
 	}
 	if err := outbox.ValidateEntry(id, lane, payload); err != nil {
+		return err
+	}
+	tc, err := outbox.TraceContextFrom(ctx)
+	if err != nil {
 		return err
 	}
 	if _, ok := s.dead[id]; ok {
@@ -155,11 +161,12 @@ func (tx *OutboxTx) Enqueue(ctx context.Context, id outbox.ID, lane string, payl
 		s.open[tx.xid] = struct{}{}
 	}
 	tx.entries = append(tx.entries, outbox.Entry{
-		XID:       tx.xid,
-		ID:        id,
-		Lane:      lane,
-		Payload:   slices.Clone(payload),
-		CreatedAt: s.clock(),
+		XID:          tx.xid,
+		ID:           id,
+		Lane:         lane,
+		Payload:      slices.Clone(payload),
+		CreatedAt:    s.clock(),
+		TraceContext: tc,
 	})
 	s.pending[id] = tx
 	return nil
@@ -319,9 +326,7 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 		// An id that has a dead letter already can only come from a write
 		// that bypassed Enqueue; the newer entry replaces it rather than
 		// fail every settlement (see outbox.Store.Settle).
-		s.dead[e.ID] = &outbox.DeadLetter{
-			ID: e.ID, XID: e.XID, Lane: e.Lane, Payload: slices.Clone(e.Payload), Error: parking[e.ID], ParkedAt: now,
-		}
+		s.dead[e.ID] = deadLetter(e, parking[e.ID], now)
 	}
 	for k, v := range st.State {
 		if v == nil {
@@ -332,6 +337,18 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 	}
 	s.state[outbox.KeyLastScannedXID], s.state[outbox.KeyLastScannedID] = outbox.CursorState(st.To)
 	return nil
+}
+
+// deadLetter is the dead letter of e, parked now for reason: a copy of
+// everything the entry carries.
+func deadLetter(e outbox.Entry, reason string, now time.Time) *outbox.DeadLetter {
+	return &outbox.DeadLetter{ID: e.ID, XID: e.XID, Lane: e.Lane, Payload: slices.Clone(e.Payload),
+		Error: reason, ParkedAt: now, TraceContext: e.TraceContext}
+}
+
+// requeued is the entry a requeue makes of d, under id and xid.
+func requeued(d *outbox.DeadLetter, id outbox.ID, xid uint64, now time.Time) outbox.Entry {
+	return outbox.Entry{XID: xid, ID: id, Lane: d.Lane, Payload: slices.Clone(d.Payload), CreatedAt: now, TraceContext: d.TraceContext}
 }
 
 func fmtCursor(c outbox.Cursor) string { return fmt.Sprintf("(%d, %s)", c.XID, c.ID) }
@@ -444,11 +461,9 @@ func (s *OutboxStore) Requeue(ctx context.Context, id, newID outbox.ID) error {
 	}
 	xid := s.nextXID
 	s.nextXID++
-	requeued := []outbox.Entry{{
-		XID: xid, ID: newID, Lane: d.Lane, Payload: slices.Clone(d.Payload), CreatedAt: s.clock(),
-	}}
-	s.log.commit(requeued)
-	s.insert(requeued)
+	again := []outbox.Entry{requeued(d, newID, xid, s.clock())}
+	s.log.commit(again)
+	s.insert(again)
 	d.RequeuedAs, d.RequeuedAt = newID, s.clock()
 	return nil
 }
@@ -493,7 +508,7 @@ func (s *OutboxStore) RequeueBatch(ctx context.Context, b outbox.RequeueBatch) (
 		r := outbox.Requeued{ID: d.ID, XID: d.XID}
 		if !b.DryRun {
 			r.RequeuedAs = outbox.NewID()
-			entries = append(entries, outbox.Entry{XID: xid, ID: r.RequeuedAs, Lane: d.Lane, Payload: slices.Clone(d.Payload), CreatedAt: now})
+			entries = append(entries, requeued(d, r.RequeuedAs, xid, now))
 			d.RequeuedAs, d.RequeuedAt = r.RequeuedAs, now
 		}
 		res.Requeued = append(res.Requeued, r)

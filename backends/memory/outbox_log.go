@@ -162,7 +162,7 @@ func (l *OutboxLog) SettleLog(ctx context.Context, st outbox.LogSettlement) erro
 	now := s.clock()
 	for _, p := range st.Park {
 		e := s.entry(p.Entry.ID)
-		s.dead[e.ID] = &outbox.DeadLetter{ID: e.ID, XID: e.XID, Lane: e.Lane, Payload: slices.Clone(e.Payload), Error: p.Reason, ParkedAt: now}
+		s.dead[e.ID] = deadLetter(e, p.Reason, now)
 	}
 	for k, v := range st.State {
 		if v == nil {

@@ -29,8 +29,12 @@ func scanOutboxEntry(row pgx.CollectableRow) (outbox.Entry, error) {
 	var (
 		e  outbox.Entry
 		id pgtype.UUID
+		tc pgtype.Text
 	)
-	err := row.Scan(&e.XID, &id, &e.Lane, &e.Payload, &e.CreatedAt)
+	err := row.Scan(&e.XID, &id, &e.Lane, &e.Payload, &e.CreatedAt, &tc)
 	e.ID = outbox.ID(id.Bytes)
+	if tc.Valid {
+		e.TraceContext = outbox.DecodeTraceContext(tc.String)
+	}
 	return e, err
 }

@@ -38,6 +38,11 @@ const (
 // Any other failure is an error of a statement inside tx, which PostgreSQL
 // then refuses to continue: roll tx back.
 //
+// The trace context ctx carries (outbox.WithTraceContext, or
+// otelbaton.Inject from the request's span) is stored with the entry, NULL
+// without one; one outbox.ValidateTraceContext refuses is refused as an
+// invalid entry, before anything is sent.
+//
 // # Order
 //
 // The walk delivers entries in (xid, id) order, where xid is the id of the

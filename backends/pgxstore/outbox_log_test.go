@@ -50,8 +50,13 @@ func logOptions(t *testing.T) OutboxLogOptions {
 // slot and publication are dropped when the test ends.
 func attachLog(t *testing.T, env *testenv.PostgresEnv, opts OutboxLogOptions) *logEnv {
 	t.Helper()
-	ctx := testContext(t)
-	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	mustMigrate(t, testContext(t), env.Pool, MigrateOptions{})
+	return logStoreOn(t, env, opts)
+}
+
+// logStoreOn is attachLog over env's schema as it is.
+func logStoreOn(t *testing.T, env *testenv.PostgresEnv, opts OutboxLogOptions) *logEnv {
+	t.Helper()
 	st, err := NewOutboxLogStore(env.Pool, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -278,4 +283,56 @@ func TestOutboxLogStore_Conformance(t *testing.T) {
 		e := newLogEnv(t)
 		return conformance.OutboxLogHarness{Log: e.store, Store: e.store, Producer: pgxOutboxProducer(e.Pool, Enqueue)}
 	}, conformance.OutboxLogFeatures{})
+}
+
+// A reader that is reading the log while migration 5 adds trace_context
+// decodes the rows before it without one and the rows after it with theirs:
+// the log maps the table's columns by name, again at every change of the
+// table, so a column it does not expect, or one that comes, breaks nothing.
+func TestOutboxLog_ReadsOnAcrossTheMigrationThatAddsTheTraceContext(t *testing.T) {
+	env := testenv.LogicalPostgres(t)
+	ctx := testContext(t)
+	schemaAt(t, ctx, env, 4, true)
+	e := logStoreOn(t, env, logOptions(t))
+	r, err := e.store.Open(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.WithoutCancel(ctx))
+	read := func(after outbox.LogPosition) outbox.LogEntry {
+		t.Helper()
+		for {
+			b, err := r.Read(ctx, after, 10, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Entries) > 0 {
+				return b.Entries[0]
+			}
+			if ctx.Err() != nil {
+				t.Fatal(ctx.Err())
+			}
+		}
+	}
+	old := outbox.NewID()
+	if _, err := env.Pool.Exec(ctx, oldEnqueueSQL, [16]byte(old), "lane", `{"n": 1}`); err != nil {
+		t.Fatal(err)
+	}
+	first := read(r.Start())
+	if first.ID != old || !first.TraceContext.IsZero() {
+		t.Fatalf("read %s with trace context %+v, want %s with none", first.ID, first.TraceContext, old)
+	}
+
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	tc := outbox.TraceContext{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v"}
+	traced := outbox.NewID()
+	if err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
+		return Enqueue(outbox.WithTraceContext(ctx, tc), tx, traced, "lane", []byte(`{"n": 2}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	second := read(first.Pos)
+	if second.ID != traced || second.TraceContext != tc {
+		t.Fatalf("read %s with trace context %+v, want %s with %+v", second.ID, second.TraceContext, traced, tc)
+	}
 }

@@ -76,7 +76,8 @@ type MigrateOptions struct {
 //     schema, which makes a repeated call a no-op.
 //   - A schema with baton's tables but no recorded versions (migrated by
 //     goose or golang-migrate, or made by an older bun adapter) is adopted:
-//     the versions whose tables are there are recorded, not run again.
+//     the versions whose tables and added columns are there are recorded,
+//     not run again.
 //   - The result is verified: a missing baton index is created again; any
 //     other difference returns a *SchemaError whose DDL holds the exact
 //     statements to run, and nothing is changed.

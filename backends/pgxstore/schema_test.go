@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton/backends/internal/pgsql"
+	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
 )
 
@@ -722,8 +723,8 @@ func TestMigrate_AdoptsTheMigrationsAnExternalToolRanAndAppliesTheRest(t *testin
 
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
 
-	if got := rec.applied(); !slices.Equal(got, []int64{3, 4}) {
-		t.Errorf("applied %v, want 3 and 4 (1 and 2 ran already)", got)
+	if got := rec.applied(); !slices.Equal(got, []int64{3, 4, 5}) {
+		t.Errorf("applied %v, want 3 to 5 (1 and 2 ran already)", got)
 	}
 	if got := recordedVersions(t, ctx, env, env.Schema); !slices.Equal(got, allVersions()) {
 		t.Errorf("recorded versions = %v, want %v", got, allVersions())
@@ -745,6 +746,137 @@ func TestMigrate_RefusesALaterMigrationsTablesWithoutTheEarlierOnes(t *testing.T
 	}
 	if got := tablesIn(t, ctx, env, env.Schema); !slices.Equal(got, []string{"baton_outbox", "baton_outbox_dead", "baton_outbox_state"}) {
 		t.Errorf("tables = %q, want those the file made and nothing more", got)
+	}
+}
+
+// schemaAt makes the schema a binary of that migration version left: the
+// script of SchemaSQL up to it, with its baton_schema_migrations rows, or,
+// unrecorded, only the migration files, as an external tool runs them.
+func schemaAt(t *testing.T, ctx context.Context, env *testenv.PostgresEnv, version int, recorded bool) {
+	t.Helper()
+	if recorded {
+		whole := SchemaSQL()
+		cut := strings.Index(whole, fmt.Sprintf("\n-- Migration %04d", version+1))
+		if cut < 0 {
+			t.Fatalf("SchemaSQL has no migration %d", version+1)
+		}
+		mustExec(t, ctx, env, whole[:cut])
+		return
+	}
+	for _, m := range pgsql.Known()[:version] {
+		mustExec(t, ctx, env, migrationFile(t, fmt.Sprintf("%04d_%s.up.sql", m.Version, m.Name)))
+	}
+}
+
+// oldEnqueueSQL is the statement of a binary from before migration 5,
+// which names no trace_context: it must keep working on a migrated schema
+// while a rolling deploy replaces it.
+const oldEnqueueSQL = `INSERT INTO baton_outbox (id, lane, payload)
+SELECT $1::uuid, $2::text, $3::jsonb
+WHERE NOT EXISTS (SELECT 1 FROM baton_outbox_dead WHERE id = $1::uuid)`
+
+// TestMigrate_UpgradesAVersion4SchemaToCarryTraceContexts: a schema left by
+// a binary of migration version 4 fails VerifySchema with the two missing
+// trace_context columns and the exact statements that add them; Migrate
+// runs migration 5 alone, and the entries written before it, or by the old
+// statement after it, scan with no trace context.
+func TestMigrate_UpgradesAVersion4SchemaToCarryTraceContexts(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	schemaAt(t, ctx, env, 4, true)
+	before := outbox.NewID()
+	if _, err := env.Pool.Exec(ctx, oldEnqueueSQL, [16]byte(before), "lane", `{"n": 1}`); err != nil {
+		t.Fatal(err)
+	}
+
+	se := schemaError(t, ctx, env)
+
+	want := []string{
+		"column baton_outbox.trace_context is missing (want text)",
+		"column baton_outbox_dead.trace_context is missing (want text)",
+		"baton_schema_migrations records migration version 4, want " + strconv.Itoa(latestVersion),
+	}
+	if !slices.Equal(se.Problems, want) {
+		t.Errorf("VerifySchema of a version 4 schema:\n got %q\nwant %q", se.Problems, want)
+	}
+	if se.MigrateRepairs() != len(se.Repairs) || len(se.DDL) != 0 {
+		t.Errorf("repairs %+v, DDL %q: want every one Migrate's (it applies migration 5), with no statement", se.Repairs, se.DDL)
+	}
+
+	rec := &logRecorder{}
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
+
+	if got := rec.applied(); !slices.Equal(got, []int64{5}) {
+		t.Errorf("Migrate applied %v, want only 5", got)
+	}
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Fatalf("VerifySchema after Migrate: %v", err)
+	}
+	after := outbox.NewID()
+	if _, err := env.Pool.Exec(ctx, oldEnqueueSQL, [16]byte(after), "lane", `{"n": 2}`); err != nil {
+		t.Fatalf("the old Enqueue statement on the migrated schema: %v", err)
+	}
+	traced := outbox.NewID()
+	tc := outbox.TraceContext{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	if err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
+		return Enqueue(outbox.WithTraceContext(ctx, tc), tx, traced, "lane", []byte(`{"n": 3}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := NewOutboxStore(env.Pool, OutboxStoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := awaitScan(t, ctx, st, 3)
+	for i, want := range []struct {
+		id outbox.ID
+		tc outbox.TraceContext
+	}{{before, outbox.TraceContext{}}, {after, outbox.TraceContext{}}, {traced, tc}} {
+		if got[i].ID != want.id || got[i].TraceContext != want.tc {
+			t.Errorf("entry %d: %s with trace context %+v, want %s with %+v", i, got[i].ID, got[i].TraceContext, want.id, want.tc)
+		}
+	}
+}
+
+// TestMigrate_AdoptsAnUnrecordedVersion4SchemaAndAddsTheTraceContext: a
+// schema an external tool migrated to version 4 has every table but not
+// the columns of migration 5, so adoption records 1 to 4 and runs 5.
+func TestMigrate_AdoptsAnUnrecordedVersion4SchemaAndAddsTheTraceContext(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	schemaAt(t, ctx, env, 4, false)
+	rec := &logRecorder{}
+
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{Logger: slog.New(rec)})
+
+	if got := rec.applied(); !slices.Equal(got, []int64{5}) {
+		t.Errorf("applied %v, want only 5 (1 to 4 are there)", got)
+	}
+	if got := recordedVersions(t, ctx, env, env.Schema); !slices.Equal(got, allVersions()) {
+		t.Errorf("recorded versions = %v, want %v", got, allVersions())
+	}
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Error(err)
+	}
+}
+
+// awaitScan scans until n entries are visible (the horizon is the
+// cluster's, so another test's transaction may hold them back a while).
+func awaitScan(t *testing.T, ctx context.Context, st *OutboxStore, n int) []outbox.Entry {
+	t.Helper()
+	for {
+		got, err := st.Scan(ctx, outbox.Cursor{}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) >= n {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d entries visible: %v", len(got), n, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
@@ -824,9 +956,7 @@ func TestVerifySchema_RepairsSayWhatMigrateFixesByItselfAndWhatTakesStatements(t
 func TestVerifySchema_MigrateRepairsAnOlderSchemaByItself(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
-	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
-	mustExec(t, ctx, env, "DROP TABLE baton_projection_detail, baton_projection_header CASCADE",
-		"DROP SEQUENCE IF EXISTS baton_projection_generation", "DELETE FROM baton_schema_migrations WHERE version = 4")
+	schemaAt(t, ctx, env, 3, true) // without the tables of 4 and the columns of 5
 
 	se := schemaError(t, ctx, env)
 	if se.MigrateRepairs() != len(se.Repairs) || len(se.DDL) != 0 {
@@ -835,5 +965,26 @@ func TestVerifySchema_MigrateRepairsAnOlderSchemaByItself(t *testing.T) {
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
 	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
 		t.Errorf("after Migrate: %v", err)
+	}
+}
+
+// A trace_context column dropped from a schema that records migration 5
+// takes the migration's own ADD COLUMN, which restores it.
+func TestVerifySchema_AMissingTraceContextColumnTakesItsMigrationsStatement(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	mustExec(t, ctx, env, "ALTER TABLE baton_outbox_dead DROP COLUMN trace_context")
+
+	se := schemaError(t, ctx, env)
+
+	want := Repair{Problem: "column baton_outbox_dead.trace_context is missing (want text)",
+		DDL: []string{`ALTER TABLE "baton_outbox_dead" ADD COLUMN trace_context text`}}
+	if len(se.Repairs) != 1 || se.Repairs[0].Problem != want.Problem || se.Repairs[0].Migrate || !slices.Equal(se.Repairs[0].DDL, want.DDL) {
+		t.Fatalf("repairs %+v, want %+v", se.Repairs, want)
+	}
+	mustExec(t, ctx, env, want.DDL[0]) // the pool's search_path is the schema
+	if err := VerifySchema(ctx, env.Pool, VerifyOptions{}); err != nil {
+		t.Errorf("after the statement: %v", err)
 	}
 }

@@ -39,41 +39,48 @@ func TestSchemaPrintFrom(t *testing.T) {
 	}
 }
 
-// TestSchemaPrintFrom_UpgradesASchema runs the upgrade script from a
+// TestSchemaPrintFrom_UpgradesASchema runs the upgrade script from each
 // version on a schema at that version: it must end where migrate does.
 func TestSchemaPrintFrom_UpgradesASchema(t *testing.T) {
-	env := testenv.Postgres(t)
-	ctx := testContext(t)
 	whole, err := pgxstore.SchemaSQLFrom(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The script up to version 3: the whole script cut before migration 4.
-	cut := strings.Index(whole, "\n-- Migration 0004")
-	if cut < 0 {
-		t.Fatal("no migration 4 in the script")
-	}
-	up, err := pgxstore.SchemaSQLFrom(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sql := range []string{whole[:cut], up} {
-		tx, err := env.Pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+quoteIdent(env.Schema)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			t.Fatalf("run the script: %v", err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pgxstore.VerifySchema(ctx, env.Pool, pgxstore.VerifyOptions{Schema: env.Schema}); err != nil {
-		t.Fatalf("after the upgrade script: %v", err)
+	known := pgxstore.KnownMigrations()
+	for _, m := range known[1:] {
+		from := m.Version - 1
+		t.Run(fmt.Sprintf("from %d", from), func(t *testing.T) {
+			env := testenv.Postgres(t)
+			ctx := testContext(t)
+			// The schema at version from: the whole script cut before the
+			// next migration.
+			cut := strings.Index(whole, fmt.Sprintf("\n-- Migration %04d", m.Version))
+			if cut < 0 {
+				t.Fatalf("no migration %d in the script", m.Version)
+			}
+			up, err := pgxstore.SchemaSQLFrom(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sql := range []string{whole[:cut], up} {
+				tx, err := env.Pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+quoteIdent(env.Schema)); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, sql); err != nil {
+					t.Fatalf("run the script: %v", err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := pgxstore.VerifySchema(ctx, env.Pool, pgxstore.VerifyOptions{Schema: env.Schema}); err != nil {
+				t.Fatalf("after the upgrade script: %v", err)
+			}
+		})
 	}
 }
 

@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/internal/testenv"
 )
 
 // statementsOf returns the SQL verify printed after its list: the lines
@@ -108,21 +111,29 @@ func TestSchemaVerify_EachProblemWithWhatFixesIt(t *testing.T) {
 	runCLI(t, "schema", "verify", "--postgres", env.URL).wantCode(t, exitOK)
 }
 
-// TestSchemaVerify_MigrateFixesAnOlderSchema: a schema one migration
-// behind lacks that migration's objects; migrate applies it, and verify
-// says so for each, with no statement that would make migrate fail.
+// TestSchemaVerify_MigrateFixesAnOlderSchema: a schema migrations behind
+// (version 3) lacks the later migrations' objects, the tables of 4 and the
+// columns 5 adds; migrate applies them, and verify says so for each, with
+// no statement that would make migrate fail.
 func TestSchemaVerify_MigrateFixesAnOlderSchema(t *testing.T) {
-	env := migrated(t)
+	env := testenv.Postgres(t)
 	ctx := testContext(t)
-	if _, err := env.Pool.Exec(ctx, `DROP TABLE baton_projection_detail, baton_projection_header CASCADE;
-		DROP SEQUENCE IF EXISTS baton_projection_generation;
-		DELETE FROM baton_schema_migrations WHERE version = 4`); err != nil {
+	whole, err := pgxstore.SchemaSQLFrom(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := strings.Index(whole, "\n-- Migration 0004")
+	if cut < 0 {
+		t.Fatal("no migration 4 in the script")
+	}
+	if _, err := env.Pool.Exec(ctx, whole[:cut]); err != nil {
 		t.Fatal(err)
 	}
 
 	r := runCLI(t, "verify", "--postgres", env.URL).wantCode(t, exitFailure)
 
-	keys := []string{"table baton_projection_header is missing", "table baton_projection_detail is missing",
+	keys := []string{"column baton_outbox.trace_context is missing", "column baton_outbox_dead.trace_context is missing",
+		"table baton_projection_header is missing", "table baton_projection_detail is missing",
 		"sequence baton_projection_generation is missing", "records migration version 3"}
 	got := fixColumn(t, r.stdout, keys...)
 	for _, k := range keys {

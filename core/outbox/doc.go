@@ -60,6 +60,15 @@
 // Parking copies an entry to the dead letters and leaves it below the
 // cursor until retention, so its id is never free between the two.
 //
+// # The producer's trace context
+//
+// A producer may put its request's W3C trace context on Enqueue's context
+// (WithTraceContext; otelbaton.Inject does it from a span). Every adapter's
+// Enqueue validates it and stores it with the entry; Scan and the log
+// return it in Entry.TraceContext, a dead letter keeps it and a requeue
+// passes it on, so whatever observes the delivery (a Hooks implementation,
+// a processor) can relate it to the request. Core only carries the text.
+//
 // # States of a driver
 //
 //	standby ──acquires LeaderLockName──▶ leader ──Lost / deposed / ctx end──▶ standby (or stopped)

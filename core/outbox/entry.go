@@ -98,6 +98,10 @@ type Entry struct {
 	Lane      string
 	Payload   json.RawMessage
 	CreatedAt time.Time
+	// TraceContext is the W3C trace context of the request that enqueued
+	// the entry (WithTraceContext on Enqueue's context), or the zero
+	// TraceContext.
+	TraceContext TraceContext
 }
 
 // Cursor returns the position just at this entry.

@@ -144,7 +144,7 @@ type LogSettlement struct {
 // statements that settle a log position. The same tables serve it as
 // Store (whose dead letters, state and admin API it shares).
 //
-// The rules a log store keeps are numbered R1 to R17 on the methods below
+// The rules a log store keeps are numbered R1 to R18 on the methods below
 // and on LogReader; conformance.RunOutboxLog checks each one with a
 // subtest of its own (docs/adapters.md lists which).
 //
@@ -234,6 +234,9 @@ type LogReader interface {
 	//     with that transaction's next entry.
 	//   - R7 reached: no entry committed later, nor any not returned, lies
 	//     at or below a Reached the reader returned.
+	//   - R18 trace context: an entry comes with the trace context it was
+	//     enqueued with (WithTraceContext), exactly, or with none, and
+	//     SettleLog's dead letter of it keeps it.
 	Read(ctx context.Context, after LogPosition, limit int, wait time.Duration) (LogBatch, error)
 
 	// Confirm tells the log that everything up to p is settled: it may

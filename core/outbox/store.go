@@ -96,6 +96,9 @@ type DeadLetter struct {
 	RequeuedAs ID
 	// RequeuedAt is when it was requeued (store's clock), or zero.
 	RequeuedAt time.Time
+	// TraceContext is the parked entry's, which a requeue passes on to the
+	// new entry.
+	TraceContext TraceContext
 }
 
 // ListOptions page through dead letters, newest parked first.
@@ -139,16 +142,18 @@ func ScanBytes(entries []Entry) int {
 // statements. Each method is one short statement or transaction; none is
 // held open across delivery.
 //
-// The rules a store keeps are numbered O1 to O36, and O43, on the methods below and
-// here; conformance.RunOutboxStore checks each one with a subtest of its
+// The rules a store keeps are numbered O1 to O36, O43 and O44, on the methods
+// below and here; conformance.RunOutboxStore checks each one with a subtest of its
 // own (docs/adapters.md lists which).
 //
 // The adapter's Enqueue, which writes an entry in the caller's own
 // transaction (no method here: its transaction type is the adapter's), is
 // part of the contract:
 //
-//   - O9 invalid entry: an entry failing ValidateEntry is an error wrapping
-//     ErrInvalidEntry; it writes nothing and the transaction stays usable.
+//   - O9 invalid entry: an entry failing ValidateEntry, or enqueued with a
+//     context whose trace context ValidateTraceContext refuses
+//     (TraceContextFrom), is an error wrapping ErrInvalidEntry; it writes
+//     nothing and the transaction stays usable.
 //   - O10 size: a payload of MaxPayloadBytes is written; one byte more is
 //     refused the same way.
 //   - O11 duplicate: the id of an entry in the outbox, or of one already
@@ -162,6 +167,10 @@ func ScanBytes(entries []Entry) int {
 //     is refused with ErrIDInUse, whether the Enqueue runs before the
 //     park's commit, waits for it, or runs after it.
 //   - O15 done: after Commit or Rollback, Enqueue and Commit fail.
+//   - O44 trace context: an entry enqueued with a context carrying a trace
+//     context (WithTraceContext) scans with it, exactly, and one enqueued
+//     without it with none; its dead letter keeps it (GetDead and ListDead),
+//     and Requeue and RequeueBatch pass it on to the new entry.
 //
 // And every method:
 //

@@ -82,6 +82,7 @@ func TestExpectedShapeAndMigrationsAgree(t *testing.T) {
 			t.Errorf("table %s has columns %q, expectedShape lists %d", name, slices.Sorted(maps.Keys(got.Columns)), len(want.Columns))
 		}
 		for _, c := range want.Columns {
+			c.Version = 0 // the catalog does not know which migration added a column
 			if got.Columns[c.Name] != c {
 				t.Errorf("column %s.%s is %+v in the database, %+v in expectedShape", name, c.Name, got.Columns[c.Name], c)
 			}

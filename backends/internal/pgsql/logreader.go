@@ -47,12 +47,16 @@ type logReader struct {
 	broken     error
 }
 
-// logRelation maps a relation's columns to the entry's fields.
+// logRelation maps a relation's columns to the entry's fields, by name:
+// columns baton does not read are skipped, wherever they are.
 type logRelation struct {
 	ours                   bool
 	xid, id, lane, payload int
 	createdAt              int
-	oids                   []uint32
+	// traceContext is -1 when the table has no such column: a table
+	// published before its migration still decodes, without one.
+	traceContext int
+	oids         []uint32
 }
 
 func (r *logReader) Start() outbox.LogPosition { return r.start }
@@ -322,7 +326,7 @@ func (r *logReader) place(e outbox.Entry, p outbox.LogPosition, after outbox.Log
 // relation reads a Relation message: whether it is the outbox table, and
 // where its columns are.
 func (r *logReader) relation(m *pglogrepl.RelationMessage) *logRelation {
-	rel := &logRelation{xid: -1, id: -1, lane: -1, payload: -1, createdAt: -1}
+	rel := &logRelation{xid: -1, id: -1, lane: -1, payload: -1, createdAt: -1, traceContext: -1}
 	if m.RelationName != OutboxTable || (r.s.schema != "" && m.Namespace != r.s.schema) {
 		return rel
 	}
@@ -340,6 +344,8 @@ func (r *logReader) relation(m *pglogrepl.RelationMessage) *logRelation {
 			rel.payload = i
 		case "created_at":
 			rel.createdAt = i
+		case "trace_context":
+			rel.traceContext = i
 		}
 	}
 	return rel
@@ -387,6 +393,14 @@ func (r *logReader) decode(rel *logRelation, t *pglogrepl.TupleData) (outbox.Ent
 	}
 	if err := scan(rel.createdAt, &e.CreatedAt); err != nil {
 		return e, fmt.Errorf("the created_at of an inserted outbox row: %w", err)
+	}
+	// NULL, the common case, arrives as a column without a value.
+	if i := rel.traceContext; i >= 0 && i < len(t.Columns) && t.Columns[i].DataType != pglogrepl.TupleDataTypeNull {
+		var tc pgtype.Text
+		if err := scan(i, &tc); err != nil {
+			return e, fmt.Errorf("the trace_context of an inserted outbox row: %w", err)
+		}
+		e.TraceContext = decodeTraceContext(tc)
 	}
 	e.XID, e.ID, e.Payload = xid.Uint64, outbox.ID(id.Bytes), append([]byte(nil), payload...)
 	return e, nil

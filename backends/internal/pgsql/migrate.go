@@ -20,8 +20,9 @@ import (
 //     schema, which makes a repeated call a no-op.
 //   - A schema with baton's tables but no recorded versions (made by an
 //     external tool, or by bun's models before the adapters shared these
-//     files) is adopted: the versions whose tables are all there are
-//     recorded without running them again, and only the later ones run.
+//     files) is adopted: the versions whose tables and added columns are
+//     all there are recorded without running them again, and only the
+//     later ones run.
 //   - Afterwards the schema is verified: a missing baton index is created
 //     again; any other difference (a missing or retyped column, a missing
 //     table) is a *SchemaError whose DDL says exactly what to run, and
@@ -140,10 +141,11 @@ func Migrate(ctx context.Context, b Beginner, c SchemaOptions) error {
 }
 
 // adoptableVersion is, for a schema without recorded versions, the last
-// migration whose tables, and all earlier migrations' tables, are there: 0
-// for a schema without baton's tables. A schema holding tables of a later
-// migration but lacking an earlier one's was not made by running them, and
-// is refused.
+// migration whose tables and added columns, and all earlier migrations',
+// are there: 0 for a schema without baton's tables. A schema holding
+// tables of a later migration but lacking an earlier one's was not made by
+// running them, and is refused. (A column a migration adds is added with IF
+// NOT EXISTS, so one found early is no reason to refuse.)
 func adoptableVersion(ctx context.Context, q Querier, schema string) (int, error) {
 	present, err := readTables(ctx, q, schema, Tables())
 	if err != nil {
@@ -151,8 +153,15 @@ func adoptableVersion(ctx context.Context, q Querier, schema string) (int, error
 	}
 	adopt := latestVersion
 	for _, t := range expectedShape {
-		if present[t.Name] == nil && t.Version <= adopt {
-			adopt = t.Version - 1
+		got := present[t.Name]
+		if got == nil {
+			adopt = min(adopt, t.Version-1)
+			continue
+		}
+		for _, c := range t.Columns {
+			if _, ok := got.Columns[c.Name]; !ok && c.Version > 0 {
+				adopt = min(adopt, c.Version-1)
+			}
 		}
 	}
 	for _, t := range expectedShape {

@@ -154,10 +154,12 @@ func statement(pattern, name string) (ddl, bool) {
 }
 
 // tableStatements are the statements that make a table: the CREATE TABLE,
-// its indexes, and a sequence made its column's.
+// the columns later migrations add, its indexes, and a sequence made its
+// column's.
 func tableStatements(table string) []ddl {
 	var out []ddl
-	for _, pattern := range []string{`^CREATE (UNLOGGED )?TABLE %s \(`, `^CREATE (UNIQUE )?INDEX \w+ ON %s `, `^ALTER SEQUENCE \w+ OWNED BY %s\.`} {
+	for _, pattern := range []string{`^CREATE (UNLOGGED )?TABLE %s \(`, `^ALTER TABLE %s ADD COLUMN `,
+		`^CREATE (UNIQUE )?INDEX \w+ ON %s `, `^ALTER SEQUENCE \w+ OWNED BY %s\.`} {
 		re := regexp.MustCompile(fmt.Sprintf(pattern, regexp.QuoteMeta(table)))
 		for _, s := range statements {
 			if re.MatchString(s.sql) {
@@ -168,9 +170,21 @@ func tableStatements(table string) []ddl {
 	return out
 }
 
+// addColumn matches a migration's ALTER TABLE that adds a column; the
+// definition follows it.
+var addColumn = regexp.MustCompile(`^ALTER TABLE (\w+) ADD COLUMN (?:IF NOT EXISTS )?`)
+
 // columnDefinition is the column's definition in its table's CREATE TABLE
-// statement ("holder_address text NOT NULL DEFAULT ”"), or "".
+// statement ("holder_address text NOT NULL DEFAULT ”"), or in the ALTER
+// TABLE ... ADD COLUMN of the migration that added it, or "".
 func columnDefinition(table, column string) string {
+	for _, s := range statements {
+		if m := addColumn.FindStringSubmatch(s.sql); m != nil && m[1] == table {
+			if def := s.sql[len(m[0]):]; strings.HasPrefix(def, column+" ") {
+				return def
+			}
+		}
+	}
 	create, ok := statement(`^CREATE (UNLOGGED )?TABLE %s \(`, table)
 	if !ok {
 		return ""

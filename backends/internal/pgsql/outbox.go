@@ -82,18 +82,24 @@ var EnqueueSQL = signalling(outboxEnqueueSQL(quote(OutboxTable), quote(OutboxDea
 
 // Enqueue writes one outbox entry with the caller's q, normally its
 // transaction, using query (EnqueueSQL, or a store's EnqueueSQL): the
-// entry exists exactly when that transaction commits. Invalid input is
-// refused with an error wrapping outbox.ErrInvalidEntry before anything is
-// sent, so the transaction stays usable; an id that an entry or a dead
-// letter has, with one wrapping outbox.ErrIDInUse. A nil q is refused.
+// entry exists exactly when that transaction commits. The trace context
+// ctx carries (outbox.WithTraceContext) is stored with it, NULL when there
+// is none. Invalid input, the trace context included, is refused with an
+// error wrapping outbox.ErrInvalidEntry before anything is sent, so the
+// transaction stays usable; an id that an entry or a dead letter has, with
+// one wrapping outbox.ErrIDInUse. A nil q is refused.
 func (a Adapter) Enqueue(ctx context.Context, q Querier, query string, id outbox.ID, lane string, payload []byte) error {
 	if err := outbox.ValidateEntry(id, lane, payload); err != nil {
+		return err
+	}
+	tc, err := outbox.TraceContextFrom(ctx)
+	if err != nil {
 		return err
 	}
 	if q == nil {
 		return a.errorf("outbox enqueue: the transaction is nil; enqueue inside the transaction that makes the change")
 	}
-	n, err := q.Exec(ctx, query, [16]byte(id), lane, payload)
+	n, err := q.Exec(ctx, query, [16]byte(id), lane, payload, traceContextParam(tc))
 	if err != nil {
 		return a.MapError(AreaOutbox, "enqueue", err)
 	}
@@ -105,6 +111,24 @@ func (a Adapter) Enqueue(ctx context.Context, q Querier, query string, id outbox
 
 // EnqueueSQL is Enqueue's statement over this store's tables.
 func (s *OutboxStore) EnqueueSQL() string { return s.sql.Enqueue }
+
+// traceContextParam is the trace_context parameter of tc: its text, or
+// NULL for none (the common case, which costs the row nothing but its null
+// bitmap).
+func traceContextParam(tc outbox.TraceContext) any {
+	if tc.IsZero() {
+		return nil
+	}
+	return tc.Encode()
+}
+
+// decodeTraceContext reads a trace_context column; NULL is none.
+func decodeTraceContext(v pgtype.Text) outbox.TraceContext {
+	if !v.Valid {
+		return outbox.TraceContext{}
+	}
+	return outbox.DecodeTraceContext(v.String)
+}
 
 // OutboxStatements are an OutboxStore's statements over its (quoted)
 // tables; exported for the adapters' plan tests.
@@ -142,7 +166,9 @@ type OutboxStatements struct {
 // Statements returns the store's statements.
 func (s *OutboxStore) Statements() OutboxStatements { return s.sql }
 
-const deadColumns = `id, xid, lane, error, parked_at, requeued_as, requeued_at`
+// deadColumns are a dead letter's columns but its payload, as
+// scanDeadLetter reads them.
+const deadColumns = `id, xid, lane, error, parked_at, requeued_as, requeued_at, trace_context`
 
 func newOutboxStatements(schema string) OutboxStatements {
 	t, st, d := qualified(schema, OutboxTable), qualified(schema, OutboxStateTable), qualified(schema, OutboxDeadTable)
@@ -176,12 +202,13 @@ FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 }
 
 // outboxEnqueueSQL inserts one entry into the quoted outbox table t.
-// Parameters: $1 id, $2 lane, $3 payload (JSON).
+// Parameters: $1 id, $2 lane, $3 payload (JSON), $4 trace context (text,
+// NULL for none).
 func outboxEnqueueSQL(t, d string) string {
 	// Refused (no row) when a dead letter has the id: it could never be
 	// parked. The check is one probe of the dead letters' primary key.
-	return `INSERT INTO ` + t + ` (id, lane, payload)
-SELECT $1::uuid, $2::text, $3::jsonb
+	return `INSERT INTO ` + t + ` (id, lane, payload, trace_context)
+SELECT $1::uuid, $2::text, $3::jsonb, $4::text
 WHERE NOT EXISTS (SELECT 1 FROM ` + d + ` WHERE id = $1::uuid)`
 }
 
@@ -197,7 +224,7 @@ WHERE NOT EXISTS (SELECT 1 FROM ` + d + ` WHERE id = $1::uuid)`
 // back transactions are not visible. The columns are selected under their
 // own names, so ORDER BY sorts the columns the index holds.
 func outboxScanSQL(t string) string {
-	return `SELECT xid, id, lane, payload, created_at FROM ` + t + `
+	return `SELECT xid, id, lane, payload, created_at, trace_context FROM ` + t + `
 WHERE (xid, id) > ($1::xid8, $2::uuid)
   AND xid < pg_snapshot_xmin(pg_current_snapshot())
 ORDER BY xid, id
@@ -245,13 +272,14 @@ RETURNING key, value`
 // the newer entry rather than failing every settlement on the primary
 // key; the error says so.
 func outboxParkSQL(t, d string) string {
-	return `INSERT INTO ` + d + ` AS dl (id, xid, lane, payload, error)
-SELECT o.id, o.xid, o.lane, o.payload, p.error
+	return `INSERT INTO ` + d + ` AS dl (id, xid, lane, payload, trace_context, error)
+SELECT o.id, o.xid, o.lane, o.payload, o.trace_context, p.error
 FROM unnest($1::uuid[], $2::text[]) AS p (id, error)
 JOIN ` + t + ` AS o ON o.id = p.id
 WHERE (o.xid, o.id) > ($3::xid8, $4::uuid)
   AND (o.xid, o.id) <= ($5::xid8, $6::uuid)
 ON CONFLICT (id) DO UPDATE SET xid = excluded.xid, lane = excluded.lane, payload = excluded.payload,
+    trace_context = excluded.trace_context,
     error = excluded.error || ' (this replaced a dead letter with the same id, parked at ' || dl.parked_at::text || ')',
     parked_at = now(), requeued_as = NULL, requeued_at = NULL`
 }
@@ -316,13 +344,12 @@ SELECT 1 FROM ok WHERE ok`
 // the rest of the condition only skips the dead letters parked together
 // with the previous page's last one and listed on it already.
 func outboxListDeadSQL(d string, before bool) string {
-	const columns = `id, xid, lane, error, parked_at, requeued_as, requeued_at`
 	if !before {
-		return `SELECT ` + columns + ` FROM ` + d + `
+		return `SELECT ` + deadColumns + ` FROM ` + d + `
 ORDER BY parked_at DESC, id
 LIMIT $1`
 	}
-	return `SELECT ` + columns + ` FROM ` + d + `
+	return `SELECT ` + deadColumns + ` FROM ` + d + `
 WHERE parked_at <= (SELECT b.parked_at FROM ` + d + ` AS b WHERE b.id = $2)
   AND (parked_at < (SELECT b.parked_at FROM ` + d + ` AS b WHERE b.id = $2) OR id > $2)
 ORDER BY parked_at DESC, id
@@ -330,13 +357,13 @@ LIMIT $1`
 }
 
 // outboxRequeueSQL inserts the dead letter $1 of the quoted table d as a
-// new entry $2 of the quoted outbox table t and records requeued_as, in one
-// statement. Its xid is the requeuing transaction's, so the new entry goes
-// after everything already enqueued.
+// new entry $2 of the quoted outbox table t, with its trace context, and
+// records requeued_as, in one statement. Its xid is the requeuing
+// transaction's, so the new entry goes after everything already enqueued.
 func outboxRequeueSQL(t, d string) string {
 	return `WITH requeued AS (
-    INSERT INTO ` + t + ` (id, lane, payload)
-    SELECT $2, dl.lane, dl.payload FROM ` + d + ` AS dl WHERE dl.id = $1
+    INSERT INTO ` + t + ` (id, lane, payload, trace_context)
+    SELECT $2, dl.lane, dl.payload, dl.trace_context FROM ` + d + ` AS dl WHERE dl.id = $1
     RETURNING id
 )
 UPDATE ` + d + ` AS dl SET requeued_as = r.id, requeued_at = now()
@@ -405,13 +432,14 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 		var (
 			e  outbox.Entry
 			id pgtype.UUID
+			tc pgtype.Text
 		)
 		// xid8 arrives as the full unsigned 64 bits (epoch and xid), so
 		// values above 2^63 arrive intact.
-		if err := rows.Scan(&e.XID, &id, &e.Lane, &e.Payload, &e.CreatedAt); err != nil {
+		if err := rows.Scan(&e.XID, &id, &e.Lane, &e.Payload, &e.CreatedAt, &tc); err != nil {
 			return nil, s.a.MapError(AreaOutbox, "scan", err)
 		}
-		e.ID = outbox.ID(id.Bytes)
+		e.ID, e.TraceContext = outbox.ID(id.Bytes), decodeTraceContext(tc)
 		entries = append(entries, e)
 		taken += len(e.Payload)
 	}
@@ -637,22 +665,22 @@ func (s *OutboxStore) ListDead(ctx context.Context, opts outbox.ListOptions) ([]
 	return dead, nil
 }
 
-// scanDeadLetter decodes id, xid, lane, error, parked_at, requeued_as,
-// requeued_at and, with payload, the payload.
+// scanDeadLetter decodes deadColumns and, with payload, the payload.
 func scanDeadLetter(row Row, payload bool) (outbox.DeadLetter, error) {
 	var (
 		d            outbox.DeadLetter
 		id, requeued pgtype.UUID
 		requeuedAt   pgtype.Timestamptz
+		tc           pgtype.Text
 	)
-	dest := []any{&id, &d.XID, &d.Lane, &d.Error, &d.ParkedAt, &requeued, &requeuedAt}
+	dest := []any{&id, &d.XID, &d.Lane, &d.Error, &d.ParkedAt, &requeued, &requeuedAt, &tc}
 	if payload {
 		dest = append(dest, &d.Payload)
 	}
 	if err := row.Scan(dest...); err != nil {
 		return outbox.DeadLetter{}, err
 	}
-	d.ID = outbox.ID(id.Bytes)
+	d.ID, d.TraceContext = outbox.ID(id.Bytes), decodeTraceContext(tc)
 	if requeued.Valid {
 		d.RequeuedAs = outbox.ID(requeued.Bytes)
 	}
@@ -740,8 +768,8 @@ func outboxRequeueManySQL(t, d string) string {
     SELECT u.dead_id, u.new_id, u.n
     FROM unnest(string_to_array($1::text, ',')::uuid[], string_to_array($2::text, ',')::uuid[]) WITH ORDINALITY AS u(dead_id, new_id, n)
 ), requeued AS (
-    INSERT INTO ` + t + ` (id, lane, payload)
-    SELECT s.new_id, dl.lane, dl.payload FROM src AS s JOIN ` + d + ` AS dl ON dl.id = s.dead_id
+    INSERT INTO ` + t + ` (id, lane, payload, trace_context)
+    SELECT s.new_id, dl.lane, dl.payload, dl.trace_context FROM src AS s JOIN ` + d + ` AS dl ON dl.id = s.dead_id
     ORDER BY s.n
     RETURNING id
 )

@@ -203,8 +203,8 @@ SELECT EXISTS (SELECT 1 FROM won), (SELECT active_pid FROM ended)`
 // only entries that are no dead letter yet, and the caller compares the
 // row count with the entries it asked for.
 func outboxParkLogSQL(t, d string) string {
-	return `INSERT INTO ` + d + ` (id, xid, lane, payload, error)
-SELECT o.id, o.xid, o.lane, o.payload, p.error
+	return `INSERT INTO ` + d + ` (id, xid, lane, payload, trace_context, error)
+SELECT o.id, o.xid, o.lane, o.payload, o.trace_context, p.error
 FROM unnest($1::uuid[], $2::text[]) AS p (id, error)
 JOIN ` + t + ` AS o ON o.id = p.id
 WHERE NOT EXISTS (SELECT 1 FROM ` + d + ` AS dl WHERE dl.id = o.id)`

@@ -34,10 +34,14 @@ type tableShape struct {
 
 // columnShape is one expected column. Type is spelled as PostgreSQL's
 // format_type prints it ("bigint", "timestamp with time zone", ...).
+// Version is set on a column a later migration added to its table (ALTER
+// TABLE ... ADD COLUMN): the migration that adds it, which Migrate's
+// adoption of an unrecorded schema looks for.
 type columnShape struct {
 	Name    string
 	Type    string
 	NotNull bool
+	Version int
 }
 
 // indexShape is one expected index, by name. Columns are the key columns in
@@ -96,6 +100,7 @@ var expectedShape = []tableShape{
 			{Name: "lane", Type: "text", NotNull: true},
 			{Name: "payload", Type: "jsonb", NotNull: true},
 			{Name: "created_at", Type: "timestamp with time zone", NotNull: true},
+			{Name: "trace_context", Type: "text", Version: 5}, // 0005_outbox_trace_context
 		},
 		Indexes: []indexShape{
 			{Name: "baton_outbox_pkey", Columns: []string{"id"}, Unique: true, Primary: true},
@@ -125,6 +130,7 @@ var expectedShape = []tableShape{
 			{Name: "parked_at", Type: "timestamp with time zone", NotNull: true},
 			{Name: "requeued_as", Type: "uuid"},
 			{Name: "requeued_at", Type: "timestamp with time zone"},
+			{Name: "trace_context", Type: "text", Version: 5}, // 0005_outbox_trace_context
 		},
 		Indexes: []indexShape{
 			{Name: "baton_outbox_dead_pkey", Columns: []string{"id"}, Unique: true, Primary: true},

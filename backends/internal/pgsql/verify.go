@@ -299,13 +299,14 @@ WHERE n.nspname = $1 AND c.relname = $2`, schema, ProjectionGenerationSequence)
 // which fails on the objects of one that was applied and only its record
 // lost; a version table with no record at all it adopts instead, recording
 // the migrations whose tables it finds. So a migration not recorded with
-// none of its tables is Migrate's (absent), one with all of them takes the
-// statement that records it (unless Migrate adopts), and one with some is
-// left to a person.
+// none of its objects (the tables it makes and the columns it adds) is
+// Migrate's (absent), one with all of them takes the statement that
+// records it (unless Migrate adopts), and one with some is left to a
+// person.
 type pendingMigrations struct {
-	absent  map[int]bool // versions with none of their tables
+	absent  map[int]bool // versions with none of their objects
 	record  []string     // the statements recording those with all of them
-	partial bool         // a version has some of its tables only
+	partial bool         // a version has some of its objects only
 }
 
 func readPending(ctx context.Context, q Querier, schema string) (pendingMigrations, error) {
@@ -322,12 +323,21 @@ func readPending(ctx context.Context, q Querier, schema string) (pendingMigratio
 		if applied[m.Version] {
 			continue
 		}
-		tables, found := 0, 0
+		objects, found := 0, 0
 		for _, t := range expectedShape {
+			got := present[t.Name]
 			if t.Version == m.Version {
-				tables++
-				if present[t.Name] != nil {
+				objects++
+				if got != nil {
 					found++
+				}
+			}
+			for _, c := range t.Columns {
+				if c.Version == m.Version {
+					objects++
+					if _, ok := got.columns()[c.Name]; ok {
+						found++
+					}
 				}
 			}
 		}
@@ -335,7 +345,7 @@ func readPending(ctx context.Context, q Querier, schema string) (pendingMigratio
 		case found == 0:
 			pm.absent[m.Version] = true
 		case len(applied) == 0: // adopted: Migrate records the ones it finds
-		case found == tables:
+		case found == objects:
 			pm.record = append(pm.record, m.record())
 		default:
 			pm.partial = true
@@ -371,6 +381,14 @@ func recordedVersion(ctx context.Context, q Querier, schema string) (version int
 		return 0, false, fmt.Errorf("read %s: %w", migrationsTable, err)
 	}
 	return int(v), true, nil
+}
+
+// columns are t's columns; none for a table that is not there (nil).
+func (t *actualTable) columns() map[string]columnShape {
+	if t == nil {
+		return nil
+	}
+	return t.Columns
 }
 
 // actualTable is a table as the catalog describes it.
@@ -468,7 +486,9 @@ func compareShapes(expected []tableShape, actual map[string]*actualTable) []prob
 	version := 0 // of the table being compared
 	add := func(p problem, format string, args ...any) {
 		p.text = fmt.Sprintf(format, args...)
-		p.version = version
+		if p.version == 0 { // a column a later migration adds has its own
+			p.version = version
+		}
 		problems = append(problems, p)
 	}
 	for _, want := range expected {
@@ -498,7 +518,7 @@ func compareShapes(expected []tableShape, actual map[string]*actualTable) []prob
 					fix = []string{"ALTER TABLE " + t + " ADD COLUMN " + def}
 					keyed = keyed || strings.Contains(def, "PRIMARY KEY")
 				}
-				add(problem{fix: fix}, "column %s.%s is missing (want %s)", want.Name, wc.Name, describeColumn(wc))
+				add(problem{fix: fix, version: wc.Version}, "column %s.%s is missing (want %s)", want.Name, wc.Name, describeColumn(wc))
 				continue
 			case gc.Type != wc.Type:
 				typ := wc.Type

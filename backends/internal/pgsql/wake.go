@@ -63,7 +63,7 @@ func gateKeySQL(oid string) string {
 	return "((" + strconv.Itoa(GateKeyPrefix) + "::int8 << 32) | " + oid + "::int8)"
 }
 
-// signalling wraps an outbox INSERT (id, lane, payload) into a statement
+// signalling wraps an outbox INSERT (outboxEnqueueSQL) into a statement
 // that also signals the outbox's channel, with the entry's xid, when a
 // listener is idle. It reports one row per entry inserted, as the INSERT
 // does. The xid is the transaction's, so the signals of one transaction

@@ -298,6 +298,7 @@ func Run(ctx context.Context, cfg Config) error {
 	svc := &service{
 		probes:     health,
 		metrics:    tel.metrics,
+		tracer:     tel.tracer.Tracer("github.com/baton-go/baton/examples/profiles"),
 		pool:       pool,
 		outbox:     outboxStore,
 		role:       role,

@@ -16,12 +16,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/graph/graphtest"
+	"github.com/baton-go/baton/otelbaton"
 )
 
 // entityType is how the graph engine knows a profile.
@@ -44,6 +46,7 @@ type service struct {
 	log        *slog.Logger
 	probes     http.Handler // readiness and liveness, for the orchestrator
 	metrics    http.Handler // Prometheus, for the operators
+	tracer     trace.Tracer // a span per profile request
 
 	cycles atomic.Int64 // maintenance cycles this instance ran
 }
@@ -247,9 +250,11 @@ func (s *service) relabelProfile(w http.ResponseWriter, r *http.Request, user st
 }
 
 // enqueueOn adapts the outbox store's Enqueue to graph.EnqueueFunc on tx.
+// Each entry carries the request's trace context (otelbaton.Inject), so
+// the span of the run that delivers it links to the request's span.
 func (s *service) enqueueOn(tx pgx.Tx) graph.EnqueueFunc {
 	return func(ctx context.Context, id outbox.ID, lane string, payload []byte) error {
-		return s.outbox.Enqueue(ctx, tx, id, lane, payload)
+		return s.outbox.Enqueue(otelbaton.Inject(ctx), tx, id, lane, payload)
 	}
 }
 
@@ -394,7 +399,8 @@ func (u userTokens) identify(r *http.Request) (string, bool) {
 	return who, who != ""
 }
 
-// asUser runs h with the authenticated user, or answers 401.
+// asUser runs h with the authenticated user, in a span of the request's
+// own, or answers 401.
 func (s *service) asUser(h func(w http.ResponseWriter, r *http.Request, user string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user, ok := s.users.identify(r)
@@ -403,7 +409,9 @@ func (s *service) asUser(h func(w http.ResponseWriter, r *http.Request, user str
 			writeError(w, http.StatusUnauthorized, "the profile API needs a user's token as a bearer token")
 			return
 		}
-		h(w, r, user)
+		ctx, span := s.tracer.Start(r.Context(), r.Pattern, trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		h(w, r.WithContext(ctx), user)
 	})
 }
 

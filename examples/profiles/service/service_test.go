@@ -98,7 +98,8 @@ func startCluster(t *testing.T) *cluster {
 	return c
 }
 
-func startInstance(t *testing.T, name, dbURL, engineURL string) *instance {
+// startInstance starts an instance, its Config changed by configure.
+func startInstance(t *testing.T, name, dbURL, engineURL string, configure ...func(*Config)) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	inst := &instance{name: name, cancel: cancel, done: make(chan error, 1)}
@@ -115,6 +116,9 @@ func startInstance(t *testing.T, name, dbURL, engineURL string) *instance {
 	cfg.OutboxIdleDelay = 50 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg.Ready = func(i InstanceInfo) { ready <- i }
+	for _, c := range configure {
+		c(&cfg)
+	}
 	go func() { inst.done <- Run(ctx, cfg) }()
 	t.Cleanup(func() { inst.stop(t) })
 	select {
