@@ -334,6 +334,21 @@ func (c *Handler) pathID(w http.ResponseWriter, r *http.Request) (outbox.ID, boo
 	return id, true
 }
 
+// deadLetter reads the dead letter the path names, or answers the
+// request itself (a bad id, a store failure) and reports false.
+func (c *Handler) deadLetter(w http.ResponseWriter, r *http.Request) (outbox.DeadLetter, bool) {
+	id, ok := c.pathID(w, r)
+	if !ok {
+		return outbox.DeadLetter{}, false
+	}
+	d, err := c.opts.Outbox.GetDead(r.Context(), id)
+	if err != nil {
+		c.storeFailed(w, r, "reading a dead letter", err)
+		return outbox.DeadLetter{}, false
+	}
+	return d, true
+}
+
 type letterView struct {
 	outbox.DeadLetter
 	Payload    payloadView
@@ -342,13 +357,8 @@ type letterView struct {
 }
 
 func (c *Handler) letter(w http.ResponseWriter, r *http.Request) {
-	id, ok := c.pathID(w, r)
+	d, ok := c.deadLetter(w, r)
 	if !ok {
-		return
-	}
-	d, err := c.opts.Outbox.GetDead(r.Context(), id)
-	if err != nil {
-		c.storeFailed(w, r, "reading a dead letter", err)
 		return
 	}
 	v := letterView{DeadLetter: d, Payload: newPayloadView(d.Payload), JustQueued: r.URL.Query().Has("requeued")}
@@ -373,15 +383,11 @@ type confirmView struct {
 }
 
 func (c *Handler) confirmOne(w http.ResponseWriter, r *http.Request) {
-	id, ok := c.pathID(w, r)
+	d, ok := c.deadLetter(w, r)
 	if !ok {
 		return
 	}
-	d, err := c.opts.Outbox.GetDead(r.Context(), id)
-	if err != nil {
-		c.storeFailed(w, r, "reading a dead letter", err)
-		return
-	}
+	id := d.ID
 	d.Payload = nil
 	action := "/dead/" + id.String() + "/requeue"
 	v := confirmView{Letter: &d, Cancel: c.link("/dead/"+id.String(), nil)}

@@ -120,15 +120,24 @@ func (t *poolTx) ExecBatch(ctx context.Context, stmts ...pgsql.Statement) ([]int
 		return nil, err
 	}
 	defer res.Close()
-	counts := make([]int64, 0, len(stmts))
-	for range stmts {
+	counts, err := rowCounts(res, len(stmts))
+	if err != nil {
+		return counts, err
+	}
+	return counts, res.Close()
+}
+
+// rowCounts reads the results of a batch's first n statements.
+func rowCounts(res pgx.BatchResults, n int) ([]int64, error) {
+	counts := make([]int64, 0, n)
+	for range n {
 		tag, err := res.Exec()
 		if err != nil {
 			return counts, err
 		}
 		counts = append(counts, tag.RowsAffected())
 	}
-	return counts, res.Close()
+	return counts, nil
 }
 
 func (t *poolTx) Query(ctx context.Context, sql string, args ...any) (pgsql.Rows, error) {
@@ -172,13 +181,9 @@ func (t *poolTx) execCommit(ctx context.Context, stmts ...pgsql.Statement) ([]in
 		return nil, err
 	}
 	defer res.Close()
-	counts := make([]int64, 0, len(stmts))
-	for range stmts {
-		tag, err := res.Exec()
-		if err != nil {
-			return nil, err
-		}
-		counts = append(counts, tag.RowsAffected())
+	counts, err := rowCounts(res, len(stmts))
+	if err != nil {
+		return nil, err
 	}
 	if err := commitResult(res.Exec()); err != nil {
 		return nil, err
