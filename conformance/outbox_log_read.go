@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/baton-go/baton/core/outbox"
 )
@@ -106,40 +107,54 @@ func testLogNoPinning(t *testing.T, x *logT) {
 	}
 }
 
-// testLogAfterAndLimit: R5.
+// testLogAfterAndLimit: R5. The five entries commit one per transaction,
+// so they come in the order they were enqueued. after never goes back
+// between two Reads of one reader (LogReader.Read): the first two are read
+// with a limit, then the next two after the second.
 func testLogAfterAndLimit(t *testing.T, x *logT) {
 	r := x.open(1)
 	es := outboxEntries(outboxLaneA, 5)
 	for _, e := range es {
 		x.commitTx(e)
 	}
-	all, _ := x.readN(r, r.Start(), 5)
 	// A Read may return before its limit when nothing more is ready at
-	// once: read on after the last entry until two have come, each Read
+	// once: read on after the last entry until n have come, each Read
 	// within what is left of the limit.
-	var (
-		got   []outbox.LogEntry
-		b     outbox.LogBatch
-		after = all[1].Pos
-	)
-	for len(got) < 2 {
-		var err error
-		b, err = r.Read(x.ctx, after, 2-len(got), readLogWait)
-		if err != nil {
-			t.Fatalf("Read: %v", err)
+	readUpTo := func(after outbox.LogPosition, n int) ([]outbox.LogEntry, outbox.LogBatch) {
+		t.Helper()
+		var (
+			got []outbox.LogEntry
+			b   outbox.LogBatch
+		)
+		deadline := time.Now().Add(x.wait)
+		for len(got) < n {
+			var err error
+			b, err = r.Read(x.ctx, after, n-len(got), readLogWait)
+			if err != nil {
+				t.Fatalf("Read: %v", err)
+			}
+			x.checkBatch(b, after, n-len(got))
+			if len(b.Entries) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("Reads after %s gave nothing within %v; want %d more entries", after, x.wait, n-len(got))
+				}
+				continue
+			}
+			got = append(got, b.Entries...)
+			after = b.Entries[len(b.Entries)-1].Pos
 		}
-		x.checkBatch(b, after, 2-len(got))
-		if len(b.Entries) == 0 {
-			t.Fatalf("Read after %s gave nothing within %v; want the third and fourth entries %v", after, readLogWait, logIDs(all[2:4]))
-		}
-		got = append(got, b.Entries...)
-		after = b.Entries[len(b.Entries)-1].Pos
+		return got, b
 	}
-	if ids := logIDs(got); !slices.Equal(ids, logIDs(all[2:4])) {
-		t.Fatalf("Read after the second entry with limit 2 gave %v, want the third and fourth %v", ids, logIDs(all[2:4]))
+	first, _ := readUpTo(r.Start(), 2)
+	if ids := logIDs(first); !slices.Equal(ids, entryIDs(es[:2])) {
+		t.Fatalf("the first two Reads with limit 2 gave %v, want the first and second entries %v", ids, entryIDs(es[:2]))
 	}
-	if b.Reached.Compare(all[3].Pos) != 0 {
-		t.Fatalf("Reached %s after a read cut by its limit, want the last entry's position %s", b.Reached, all[3].Pos)
+	got, b := readUpTo(first[1].Pos, 2)
+	if ids := logIDs(got); !slices.Equal(ids, entryIDs(es[2:4])) {
+		t.Fatalf("Read after the second entry with limit 2 gave %v, want the third and fourth %v", ids, entryIDs(es[2:4]))
+	}
+	if b.Reached.Compare(got[1].Pos) != 0 {
+		t.Fatalf("Reached %s after a read cut by its limit, want the last entry's position %s", b.Reached, got[1].Pos)
 	}
 }
 
