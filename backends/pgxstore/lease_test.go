@@ -226,6 +226,8 @@ func TestLeaseStore_WatchReleasesReturnsConnectionErrors(t *testing.T) {
 }
 
 // queryCounter counts the statements a pool sends.
+// queryCounter counts what a pool sends: every statement sent on its own
+// and every batch is one round trip.
 type queryCounter struct{ n atomic.Int64 }
 
 func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -233,6 +235,12 @@ func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 	return ctx
 }
 func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *queryCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *queryCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *queryCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 func TestLeaseStore_HeartbeatIsOneStatementForAllClaims(t *testing.T) {
 	env := testenv.Postgres(t)
@@ -337,7 +345,13 @@ func leasePlanProblems(t *testing.T, raw []byte) []string {
 
 func checkLeasePlan(t *testing.T, what string, raw []byte) {
 	t.Helper()
-	if problems := leasePlanProblems(t, raw); len(problems) > 0 {
+	reportPlan(t, what, raw, leasePlanProblems(t, raw))
+}
+
+// reportPlan fails the test with the plan's problems, if any, and the plan.
+func reportPlan(t *testing.T, what string, raw []byte, problems []string) {
+	t.Helper()
+	if len(problems) > 0 {
 		var pretty bytes.Buffer
 		_ = json.Indent(&pretty, raw, "", "  ")
 		t.Errorf("%s: %s\nplan:\n%s", what, strings.Join(problems, "; "), pretty.String())
@@ -542,18 +556,26 @@ func TestLeaseStore_TableRefusesRolesOutOfRange(t *testing.T) {
 	ctx := testContext(t)
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
 	insert := `INSERT INTO baton_role_leases (role, holder, token, acquired_at, renewed_at, expires_at) VALUES ($1, 'h', 1, now(), now(), now())`
-	for _, role := range []string{"", strings.Repeat("é", 65)} { // 0 and 130 bytes
-		_, err := env.Pool.Exec(ctx, insert, role)
+	checkByteBound(t, ctx, env.Pool, "role", insert, func(err error) error { return leaseError("heartbeat", err) }, lease.ErrInvalidRole)
+}
+
+// checkByteBound: the table refuses a value (the insert's $1) of 0 and of
+// 130 bytes with a check violation, which mapErr maps to one wrapping
+// sentinel, and takes one of 128.
+func checkByteBound(t *testing.T, ctx context.Context, pool *pgxpool.Pool, what, insert string, mapErr func(error) error, sentinel error) {
+	t.Helper()
+	for _, v := range []string{"", strings.Repeat("é", 65)} { // 0 and 130 bytes
+		_, err := pool.Exec(ctx, insert, v)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
-			t.Errorf("inserting a %d-byte role: err = %v, want a check violation", len(role), err)
+			t.Errorf("inserting a %d-byte %s: err = %v, want a check violation", len(v), what, err)
 		}
-		if mapped := leaseError("heartbeat", err); !errors.Is(mapped, lease.ErrInvalidRole) {
-			t.Errorf("leaseError(%v) = %v, want one wrapping lease.ErrInvalidRole", err, mapped)
+		if mapped := mapErr(err); !errors.Is(mapped, sentinel) {
+			t.Errorf("mapping %v gave %v, want one wrapping %v", err, mapped, sentinel)
 		}
 	}
-	if _, err := env.Pool.Exec(ctx, insert, strings.Repeat("é", 64)); err != nil { // 128 bytes
-		t.Errorf("inserting a 128-byte role: %v", err)
+	if _, err := pool.Exec(ctx, insert, strings.Repeat("é", 64)); err != nil { // 128 bytes
+		t.Errorf("inserting a 128-byte %s: %v", what, err)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -604,19 +603,7 @@ func TestOutboxStore_TableRefusesLanesOutOfRange(t *testing.T) {
 	ctx := testContext(t)
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
 	insert := `INSERT INTO baton_outbox (id, lane, payload) VALUES (gen_random_uuid(), $1, '{}')`
-	for _, lane := range []string{"", strings.Repeat("é", 65)} { // 0 and 130 bytes
-		_, err := env.Pool.Exec(ctx, insert, lane)
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
-			t.Errorf("inserting a %d-byte lane: err = %v, want a check violation", len(lane), err)
-		}
-		if mapped := outboxError("enqueue", err); !errors.Is(mapped, outbox.ErrInvalidEntry) {
-			t.Errorf("outboxError(%v) = %v, want one wrapping outbox.ErrInvalidEntry", err, mapped)
-		}
-	}
-	if _, err := env.Pool.Exec(ctx, insert, strings.Repeat("é", 64)); err != nil { // 128 bytes
-		t.Errorf("inserting a 128-byte lane: %v", err)
-	}
+	checkByteBound(t, ctx, env.Pool, "lane", insert, func(err error) error { return outboxError("enqueue", err) }, outbox.ErrInvalidEntry)
 }
 
 // A reason the database cannot store (SQLSTATE 22021) in a settlement's
@@ -860,11 +847,7 @@ func checkPlan(t *testing.T, what string, raw []byte, want map[string][]string) 
 			}
 		}
 	}
-	if len(problems) > 0 {
-		var pretty bytes.Buffer
-		_ = json.Indent(&pretty, raw, "", "  ")
-		t.Errorf("%s: %s\nplan:\n%s", what, strings.Join(problems, "; "), pretty.String())
-	}
+	reportPlan(t, what, raw, problems)
 }
 
 // TestOutboxStore_StatementsRideTheirIndexes guards the plans of the walk
@@ -1009,22 +992,6 @@ func samePayloadJSON(got []byte, want string) bool {
 	return json.Unmarshal(got, &a) == nil && json.Unmarshal([]byte(want), &b) == nil && fmt.Sprint(a) == fmt.Sprint(b)
 }
 
-// roundTrips counts what a pool sends: every batch and every statement
-// sent on its own is one round trip.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // The relay's hot path: a granted settlement without parked entries is one
 // round trip, a refused one still says the cursor moved and writes
 // nothing.
@@ -1032,7 +999,7 @@ func TestOutboxStore_SettlementWithoutParkedEntriesIsOneRoundTrip(t *testing.T) 
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
-	trips := &roundTrips{}
+	trips := &queryCounter{}
 	pool := newPool(t, env, func(c *pgxpool.Config) { c.ConnConfig.Tracer = trips })
 	st := mustOutboxStore(t, pool, OutboxStoreOptions{})
 	for range 3 {

@@ -1,7 +1,6 @@
 package pgxstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -275,11 +274,7 @@ func pointReadPlanProblems(t *testing.T, raw []byte) []string {
 
 func checkPointReadPlan(t *testing.T, what string, raw []byte) {
 	t.Helper()
-	if problems := pointReadPlanProblems(t, raw); len(problems) > 0 {
-		var pretty bytes.Buffer
-		_ = json.Indent(&pretty, raw, "", "  ")
-		t.Errorf("%s: %s\nplan:\n%s", what, strings.Join(problems, "; "), pretty.String())
-	}
+	reportPlan(t, what, raw, pointReadPlanProblems(t, raw))
 }
 
 // TestProjectionStore_RefreshOf100000GrantsAndPointReadsUseIndexes writes a
@@ -413,11 +408,7 @@ SELECT h.generation, 'doc', 'd-' || k, k FROM h, generate_series(1, 5) AS k`)
 	if !usesDetailKey {
 		problems = append(problems, "detail rows are not found through "+ProjectionDetailTable+"_pkey")
 	}
-	if len(problems) > 0 {
-		var pretty bytes.Buffer
-		_ = json.Indent(&pretty, raw, "", "  ")
-		t.Errorf("sweep plan: %s\nplan:\n%s", strings.Join(problems, "; "), pretty.String())
-	}
+	reportPlan(t, "sweep plan", raw, problems)
 	n, err := st.Sweep(ctx)
 	if err != nil || n != 200 {
 		t.Fatalf("Sweep = %d, %v; want the 200 inactive generations", n, err)
