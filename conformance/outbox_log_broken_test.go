@@ -212,6 +212,8 @@ var outboxLogVariants = []outboxLogVariant{
 				return b, err
 			}}
 		})},
+	{variant{"read-ignores-the-byte-budget", "R19", "ReadStopsAtTheByteBudget"},
+		readerWrap(func(_ *memory.OutboxStore, r outbox.LogReader) outbox.LogReader { return readPastBudget{r} })},
 }
 
 func compareU64(a, b uint64) int {
@@ -222,6 +224,22 @@ func compareU64(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// readPastBudget reads on until the limit, as a reader that counts entries
+// only would: one pass could then hold BatchSize payloads of any size.
+type readPastBudget struct{ outbox.LogReader }
+
+func (r readPastBudget) Read(ctx context.Context, after outbox.LogPosition, limit int, wait time.Duration) (outbox.LogBatch, error) {
+	b, err := r.LogReader.Read(ctx, after, limit, wait)
+	for err == nil && len(b.Entries) > 0 && len(b.Entries) < limit {
+		more, merr := r.LogReader.Read(ctx, b.Reached, limit-len(b.Entries), 0)
+		if merr != nil || len(more.Entries) == 0 {
+			break
+		}
+		b.Entries, b.Reached = append(b.Entries, more.Entries...), more.Reached
+	}
+	return b, err
 }
 
 // zeroStart forgets the confirmed position: every reader starts at zero.

@@ -9,8 +9,9 @@ import (
 	"github.com/baton-go/baton/core/outbox"
 )
 
-// Reading the log: order, rollbacks, pinning, positions (R1 to R7), and
-// the reader's life: resuming, fencing, a lost log (R8, R9, R15).
+// Reading the log: order, rollbacks, pinning, positions (R1 to R7), the
+// byte budget (R19), and the reader's life: resuming, fencing, a lost log
+// (R8, R9, R15).
 
 func (s *outboxLogSuite) readChecks() []check {
 	return area(s.start,
@@ -21,6 +22,14 @@ func (s *outboxLogSuite) readChecks() []check {
 		subtest[*logT]{"ReadHonoursAfterAndLimit", testLogAfterAndLimit},
 		subtest[*logT]{"ReadingAfterAnEntryGoesOnInsideItsTransaction", testLogInsideATransaction},
 		subtest[*logT]{"NothingComesOutAtOrBelowReached", testLogReached},
+	)
+}
+
+// budgetChecks is R19, numbered after the rest: the suite runs its
+// subtests in the rules' order.
+func (s *outboxLogSuite) budgetChecks() []check {
+	return area(s.start,
+		subtest[*logT]{"ReadStopsAtTheByteBudget", testLogByteBudget},
 	)
 }
 
@@ -198,6 +207,58 @@ func testLogReached(t *testing.T, x *logT) {
 	next, _ := x.readN(r, idle.Reached, 1)
 	if next[0].ID != later.ID || next[0].Pos.Compare(idle.Reached) <= 0 {
 		t.Fatalf("after the idle read reached %s, the log gave %s at %s; want %s, after it", idle.Reached, next[0].ID, next[0].Pos, later.ID)
+	}
+}
+
+// testLogByteBudget: R19. One transaction commits entries of nearly
+// outbox.MaxPayloadBytes, more than the byte budget holds. No Read, however
+// large its limit, returns an entry past the one whose payload brings the
+// total to outbox.MaxScanBytes; reading on after each Reached, as the driver
+// does, every entry comes out once, in the order it was written.
+//
+// A Read may return fewer, when nothing more is ready at once (a stream
+// delivers a large transaction message by message), so only the upper bound
+// is checked, and that every cut Read reached no entry it did not return.
+func testLogByteBudget(t *testing.T, x *logT) {
+	r := x.open(1)
+	size := outbox.MaxPayloadBytes - 1024
+	fit := 0 // entries a Read takes at most: until the total reaches the budget
+	for total := 0; outbox.ScanHasRoom(total); total += size {
+		fit++
+	}
+	es := make([]outbox.Entry, fit+3)
+	for i := range es {
+		es[i] = outbox.Entry{ID: outbox.NewID(), Lane: outboxLaneA, Payload: outboxBigPayload(size)}
+	}
+	x.commitTx(es...)
+
+	var got []outbox.LogEntry
+	after := r.Start()
+	deadline := time.Now().Add(x.wait)
+	for len(got) < len(es) {
+		b, err := r.Read(x.ctx, after, outboxScanAll, readLogWait)
+		if err != nil {
+			t.Fatalf("Read after %s: %v", after, err)
+		}
+		x.checkBatch(b, after, outboxScanAll)
+		if n := len(b.Entries); n > fit {
+			taken := 0
+			for _, e := range b.Entries {
+				taken += len(e.Payload)
+			}
+			t.Fatalf("Read(limit %d) over %d entries of %d bytes returned %d entries (%d payload bytes); "+
+				"want at most %d: a Read stops once its payloads reach outbox.MaxScanBytes (%d)",
+				outboxScanAll, len(es), size, n, taken, fit, outbox.MaxScanBytes)
+		}
+		got = append(got, b.Entries...)
+		after = b.Reached
+		if len(got) < len(es) && time.Now().After(deadline) {
+			t.Fatalf("after %v, reading on after each Reached, the log gave %d of %d entries: %v; "+
+				"a Read cut by the budget must reach no entry it did not return", x.wait, len(got), len(es), logIDs(got))
+		}
+	}
+	if ids := logIDs(got); !slices.Equal(ids, entryIDs(es)) {
+		t.Fatalf("reading on after each Reached gave %v, want every entry once, in written order: %v", ids, entryIDs(es))
 	}
 }
 

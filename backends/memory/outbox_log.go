@@ -268,18 +268,22 @@ func (r *logReader) read(after outbox.LogPosition, limit int) (outbox.LogBatch, 
 	// The first transaction that ends after after.LSN holds the first
 	// entry after it.
 	first := sort.Search(len(log.txs), func(i int) bool { return log.txs[i].end > after.LSN })
+	taken := 0 // payload bytes, as the byte budget counts them (R19)
 	for _, tx := range log.txs[first:] {
 		for i, e := range tx.entries {
 			p := tx.pos(i)
 			if p.Compare(after) <= 0 {
 				continue
 			}
-			if len(b.Entries) == limit {
-				return b, log.waiter(), nil // cut by the limit: Reached is the last entry
+			if len(b.Entries) == limit || !outbox.ScanHasRoom(taken) {
+				// Cut by the limit or the byte budget: Reached is the last
+				// entry.
+				return b, log.waiter(), nil
 			}
 			e.Payload = slices.Clone(e.Payload)
 			b.Entries = append(b.Entries, outbox.LogEntry{Entry: e, Pos: p})
 			b.Reached = p
+			taken += len(e.Payload)
 		}
 	}
 	// Everything the log holds was taken: the read reached its end.

@@ -72,37 +72,48 @@ func (s *sizeRecorder) Deliver(_ context.Context, run []outbox.Entry) ([]outbox.
 	return all(len(run), outbox.Delivered()), nil
 }
 
+// Both sources keep the budget: the walk's Scan (O8) and the log's Read
+// (R19).
 func TestDriver_APassHoldsAtMostTheScanBudgetAndTheNextFollowsAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t)
-		const entries = 20
-		ctx := context.Background()
-		tx, _ := r.store.Begin(ctx)
-		for range entries {
-			if err := tx.Enqueue(ctx, outbox.NewID(), "big", jsonString(maxPayload-64)); err != nil {
-				t.Fatal(err)
+	for _, logical := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			r := newRig(t)
+			const entries = 20
+			ctx := context.Background()
+			rec := &sizeRecorder{}
+			cfg := r.config(rec)
+			cfg.BatchSize = 100 // far more than fit in the budget
+			if logical {
+				cfg.Log = r.store.Log()
+				r.run(cfg)
+				synctest.Wait() // the log has taken over: it delivers what commits from now on
 			}
-		}
-		tx.Commit(ctx)
-		rec := &sizeRecorder{}
-		cfg := r.config(rec)
-		cfg.BatchSize = 100 // far more than fit in the budget
-		r.run(cfg)
-		synctest.Wait()
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		// Delivered at once: a pass cut short by bytes is not an idle one.
-		if rec.n != entries {
-			t.Fatalf("%d of %d entries delivered before any delay (passes %v): a pass cut by the byte budget waited IdleDelay",
-				rec.n, entries, rec.passes)
-		}
-		for i, b := range rec.passes {
-			if b > scanBudget+maxPayload {
-				t.Errorf("pass %d held %d payload bytes, more than the scan budget plus one payload (%d)", i, b, scanBudget+maxPayload)
+			tx, _ := r.store.Begin(ctx)
+			for range entries {
+				if err := tx.Enqueue(ctx, outbox.NewID(), "big", jsonString(maxPayload-64)); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		if len(rec.passes) < 3 {
-			t.Errorf("%d passes for %d MiB of payloads, want them split by the budget", len(rec.passes), entries)
-		}
-	})
+			tx.Commit(ctx)
+			if !logical {
+				r.run(cfg)
+			}
+			synctest.Wait()
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			// Delivered at once: a pass cut short by bytes is not an idle one.
+			if rec.n != entries {
+				t.Fatalf("logical=%v: %d of %d entries delivered before any delay (passes %v): a pass cut by the byte budget waited IdleDelay",
+					logical, rec.n, entries, rec.passes)
+			}
+			for i, b := range rec.passes {
+				if b > scanBudget+maxPayload {
+					t.Errorf("logical=%v: pass %d held %d payload bytes, more than the scan budget plus one payload (%d)", logical, i, b, scanBudget+maxPayload)
+				}
+			}
+			if len(rec.passes) < 3 {
+				t.Errorf("logical=%v: %d passes for %d MiB of payloads, want them split by the budget", logical, len(rec.passes), entries)
+			}
+		})
+	}
 }

@@ -144,7 +144,7 @@ type LogSettlement struct {
 // statements that settle a log position. The same tables serve it as
 // Store (whose dead letters, state and admin API it shares).
 //
-// The rules a log store keeps are numbered R1 to R18 on the methods below
+// The rules a log store keeps are numbered R1 to R19 on the methods below
 // and on LogReader; conformance.RunOutboxLog checks each one with a
 // subtest of its own (docs/adapters.md lists which).
 //
@@ -211,7 +211,8 @@ type LogReader interface {
 	Start() LogPosition
 
 	// Read returns up to limit entries after the position after, in commit
-	// order, and how far it got (LogBatch.Reached). It returns as soon as
+	// order, within the byte budget the walk's Scan keeps (MaxScanBytes),
+	// and how far it got (LogBatch.Reached). It returns as soon as
 	// it has entries and the log has nothing more ready at once; with
 	// nothing to return it waits for entries up to wait, then returns an
 	// empty batch. after never goes back between two Reads of one reader,
@@ -237,6 +238,11 @@ type LogReader interface {
 	//   - R18 trace context: an entry comes with the trace context it was
 	//     enqueued with (WithTraceContext), exactly, or with none, and
 	//     SettleLog's dead letter of it keeps it.
+	//   - R19 byte budget: it stops after the entry that brings the
+	//     payloads to MaxScanBytes or more (ScanHasRoom), whatever limit
+	//     says, and returns at least one entry when one is ready. A Read so
+	//     cut reaches no further than R7 lets it: the next Read after its
+	//     Reached goes on with the first entry it did not return.
 	Read(ctx context.Context, after LogPosition, limit int, wait time.Duration) (LogBatch, error)
 
 	// Confirm tells the log that everything up to p is settled: it may

@@ -116,16 +116,17 @@ const (
 	MaxListLimit     = 1000
 )
 
-// MaxScanBytes bounds the payloads one Scan returns, 8 MiB: a store stops
-// adding entries once those it has taken total MaxScanBytes or more, counted
-// as the payloads it returns (ScanHasRoom). A pass therefore holds less
-// than MaxScanBytes plus one payload, however large BatchSize is, and always
-// at least one entry when one is visible.
+// MaxScanBytes bounds the payloads one Scan or one LogReader.Read returns,
+// 8 MiB: a store stops adding entries once those it has taken total
+// MaxScanBytes or more, counted as the payloads it returns (ScanHasRoom).
+// A pass therefore holds less than MaxScanBytes plus one payload, however
+// large BatchSize is and whichever source it reads, and always at least one
+// entry when one is visible.
 const MaxScanBytes = 8 << 20
 
 // ScanHasRoom reports whether a scan whose entries so far hold taken
-// payload bytes may take one more: the rule every adapter's Scan applies,
-// entry by entry, as it reads.
+// payload bytes may take one more: the rule every adapter's Scan (O8) and
+// LogReader.Read (R19) apply, entry by entry, as they read.
 func ScanHasRoom(taken int) bool { return taken < MaxScanBytes }
 
 // ScanBytes is the total size of the entries' payloads, as MaxScanBytes

@@ -27,6 +27,11 @@ const logQuiet = time.Millisecond
 //
 // A decoded insert is held until the next message arrives: only that one
 // tells whether it was its transaction's last (see outbox.LogPosition).
+//
+// The stream is read only while the buffer has room, by count (a Read's
+// limit) and by bytes (outbox.ScanHasRoom, R19): the reader holds at most
+// a batch within the byte budget, and the one insert held, however far
+// ahead the server has decoded; the rest waits in the stream.
 type logReader struct {
 	s     *OutboxLogStore
 	conn  *pgconn.PgConn
@@ -41,6 +46,7 @@ type logReader struct {
 	seq        uint32
 	held       *outbox.Entry
 	buf        []outbox.LogEntry  // positioned entries, not yet passed by a Read's after
+	bufBytes   int                // the payload bytes of buf
 	reached    outbox.LogPosition // no entry outside buf lies at or below it
 	confirmed  uint64
 	nextStatus time.Time
@@ -164,7 +170,7 @@ func (r *logReader) Read(ctx context.Context, after outbox.LogPosition, limit in
 		r.reached = after
 	}
 	deadline := time.Now().Add(wait)
-	for len(r.buf) < limit {
+	for len(r.buf) < limit && outbox.ScanHasRoom(r.bufBytes) {
 		until := deadline
 		if len(r.buf) > 0 {
 			until = time.Now().Add(logQuiet)
@@ -192,7 +198,14 @@ func (r *logReader) Read(ctx context.Context, after outbox.LogPosition, limit in
 			return outbox.LogBatch{}, err
 		}
 	}
-	n := min(limit, len(r.buf))
+	// The batch: up to limit entries, and no further than the entry that
+	// fills the byte budget (R19). A buffer carried over from an earlier
+	// Read is cut by the same rule.
+	n, taken := 0, 0
+	for n < min(limit, len(r.buf)) && outbox.ScanHasRoom(taken) {
+		taken += len(r.buf[n].Payload)
+		n++
+	}
 	b := outbox.LogBatch{Entries: make([]outbox.LogEntry, n), Reached: r.reached}
 	copy(b.Entries, r.buf)
 	if n < len(r.buf) {
@@ -205,6 +218,8 @@ func (r *logReader) Read(ctx context.Context, after outbox.LogPosition, limit in
 func (r *logReader) drop(after outbox.LogPosition) {
 	i := 0
 	for i < len(r.buf) && r.buf[i].Pos.Compare(after) <= 0 {
+		r.bufBytes -= len(r.buf[i].Payload)
+		r.buf[i] = outbox.LogEntry{} // its payload is garbage now
 		i++
 	}
 	r.buf = r.buf[i:]
@@ -317,6 +332,7 @@ func (r *logReader) logical(data []byte, after outbox.LogPosition) error {
 func (r *logReader) place(e outbox.Entry, p outbox.LogPosition, after outbox.LogPosition) {
 	if p.Compare(after) > 0 {
 		r.buf = append(r.buf, outbox.LogEntry{Entry: e, Pos: p})
+		r.bufBytes += len(e.Payload)
 	}
 	if p.Compare(r.reached) > 0 {
 		r.reached = p
