@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-go/baton/backends/etcd"
 	"github.com/baton-go/baton/backends/etcd/internal/etcdtest"
+	"github.com/baton-go/baton/core/config"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/lock"
 )
@@ -46,6 +47,16 @@ func TestNewClient_RejectsInvalidOptions(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+			if !errors.Is(err, etcd.ErrInvalidClientOptions) {
+				t.Fatalf("err = %v, want etcd.ErrInvalidClientOptions", err)
+			}
+			if errors.Is(err, lease.ErrInvalidConfig) || errors.Is(err, lock.ErrInvalidOptions) {
+				t.Fatalf("err = %v wraps a lease or lock sentinel; NewClient's is etcd.ErrInvalidClientOptions", err)
+			}
+			var fe *config.FieldError
+			if !errors.As(err, &fe) || !strings.HasPrefix(fe.Field, "ClientOptions.") {
+				t.Fatalf("err = %v, want a *config.FieldError naming a ClientOptions field", err)
 			}
 		})
 	}
