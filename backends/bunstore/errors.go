@@ -30,15 +30,6 @@ var (
 	ErrRebaseNoRoom    = pgsql.ErrRebaseNoRoom
 )
 
-// SchemaError is VerifySchema's (and Migrate's) report of everything in the
-// database that differs from what this version of baton expects, with the
-// statements that fix it; the pgx adapter's type.
-type SchemaError = pgsql.SchemaError
-
-// Repair is what fixes one problem of a SchemaError (its Repairs, one per
-// problem): Migrate by itself, or the statements in its DDL.
-type Repair = pgsql.Repair
-
 // ErrNonStandardStrings is returned, wrapped, by the store constructors for
 // a session with standard_conforming_strings off.
 //

@@ -2,11 +2,7 @@ package bunstore
 
 import (
 	"context"
-	"database/sql/driver"
-	"errors"
-	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
 	"github.com/baton-go/baton/backends/internal/pgsql"
@@ -66,43 +62,13 @@ func NewLeaseStore(ctx context.Context, db bun.IDB, opts LeaseStoreOptions) (*Le
 	return &LeaseStore{st, db}, nil
 }
 
-// ErrWatchUnsupported is returned by WatchReleases when the store's handle
-// cannot LISTEN: it is not a *bun.DB, or its driver's connection is not
-// pgx's.
-var ErrWatchUnsupported = errors.New("baton/bunstore: this database handle cannot watch lease releases")
-
 // WatchReleases implements lease.ReleaseWatcher. It needs the store to be
-// over a *bun.DB: it takes one connection of its pool and LISTENs on pgx's
-// connection under it until ctx ends (it returns ctx's error) or the
-// connection fails; the connection is then discarded rather than returned
-// to the pool, since it may still be listening. Behind PgBouncer in
-// transaction mode it hears nothing: give it a direct or session-pooled
-// connection.
+// over a *bun.DB (ErrListenUnsupported): it takes one connection of its
+// pool and LISTENs on pgx's connection under it until ctx ends (it returns
+// ctx's error) or the connection fails; the connection is then discarded
+// rather than returned to the pool, since it may still be listening.
+// Behind PgBouncer in transaction mode it hears nothing: give it a direct
+// or session-pooled connection.
 func (s *LeaseStore) WatchReleases(ctx context.Context, released func(role string)) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	db, ok := s.db.(*bun.DB)
-	if !ok {
-		return fmt.Errorf("%w: it is a %T; build the store over the *bun.DB", ErrWatchUnsupported, s.db)
-	}
-	conn, err := db.DB.Conn(ctx)
-	if err != nil {
-		return s.WatchError(ctx, "get a connection", err)
-	}
-	defer conn.Close()
-	watchErr := fmt.Errorf("%w: the connection was lost", ErrWatchUnsupported)
-	rawErr := conn.Raw(func(dc any) error {
-		pc, ok := dc.(interface{ Conn() *pgx.Conn })
-		if !ok {
-			watchErr = fmt.Errorf("%w: its driver connection is a %T; use pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib)", ErrWatchUnsupported, dc)
-			return nil
-		}
-		watchErr = s.Watch(ctx, pc.Conn(), released)
-		return driver.ErrBadConn // discard the connection: it may still be listening
-	})
-	if rawErr != nil && rawErr != driver.ErrBadConn {
-		return s.WatchError(ctx, "get a connection", rawErr)
-	}
-	return watchErr
+	return s.WatchSession(ctx, session(s.db), released)
 }

@@ -68,7 +68,10 @@ type OutboxStore struct {
 	db bun.IDB // Listen's connections come from it
 }
 
-var _ outbox.Store = (*OutboxStore)(nil)
+var (
+	_ outbox.Store = (*OutboxStore)(nil)
+	_ outbox.Waker = (*OutboxStore)(nil)
+)
 
 // NewOutboxStore returns an OutboxStore over db (normally the *bun.DB), or
 // an error naming the first invalid option. db must run on pgx's

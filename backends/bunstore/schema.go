@@ -25,6 +25,15 @@ func (o SchemaOptions) config() pgsql.SchemaOptions {
 	return pgsql.SchemaOptions{Adapter: adapter, Field: "SchemaOptions.Schema", Schema: o.Schema, Logger: o.Logger}
 }
 
+// SchemaError is VerifySchema's (and Migrate's) report of everything in the
+// database that differs from what this version of baton expects, with the
+// statements that fix it; the pgx adapter's type.
+type SchemaError = pgsql.SchemaError
+
+// Repair is what fixes one problem of a SchemaError (its Repairs, one per
+// problem): Migrate by itself, or the statements in its DDL.
+type Repair = pgsql.Repair
+
 // Migrate brings baton's tables in the schema up to the latest migration,
 // in one transaction (a savepoint when db is a bun.Tx, with the caller's
 // search_path put back afterwards): the pgx adapter's Migrate, running the

@@ -213,8 +213,8 @@ func TestLeaseStore_WatchReleasesOnATransactionIsUnsupported(t *testing.T) {
 	}
 	defer tx.Rollback()
 	err = mustLeaseStore(t, tx, LeaseStoreOptions{}).WatchReleases(ctx, func(string) {})
-	if !errors.Is(err, ErrWatchUnsupported) {
-		t.Fatalf("WatchReleases on a bun.Tx = %v; want ErrWatchUnsupported", err)
+	if !errors.Is(err, ErrListenUnsupported) || !strings.HasPrefix(err.Error(), "baton/bunstore: ") {
+		t.Fatalf("WatchReleases on a bun.Tx = %v; want ErrListenUnsupported, starting with baton/bunstore:", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -93,7 +94,8 @@ func TestWake_AKilledWorkerListenConnectionFallsBackToPollingAndListensAgain(t *
 	waketest.WorkerFallback(t, wakeWork(t, testContext(t), openBun(t, env), env.Pool))
 }
 
-// A store over a bun.Tx cannot listen; its driver polls.
+// A store over a bun.Tx cannot listen; its driver or workers poll. The
+// error, like every error of the adapter, starts with its package's name.
 func TestWake_AStoreOverATransactionCannotListen(t *testing.T) {
 	_, db := bunEnv(t)
 	ctx := testContext(t)
@@ -106,7 +108,20 @@ func TestWake_AStoreOverATransactionCannotListen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Listen(ctx); !errors.Is(err, ErrListenUnsupported) {
-		t.Fatalf("Listen over a bun.Tx: %v, want ErrListenUnsupported", err)
+	_, outboxErr := st.Listen(ctx)
+	_, workErr := suiteStore(t, tx).Listen(ctx)
+	for name, err := range map[string]error{"OutboxStore.Listen": outboxErr, "WorkRows.Listen": workErr} {
+		if !errors.Is(err, ErrListenUnsupported) || !strings.HasPrefix(err.Error(), "baton/bunstore: ") {
+			t.Errorf("%s over a bun.Tx: %v, want ErrListenUnsupported, starting with baton/bunstore:", name, err)
+		}
+	}
+}
+
+// SignalWorkRows refuses an invalid table name before it sends anything,
+// in an error that starts with the package's name.
+func TestWake_SignalWorkRowsRefusesAnEmptyTableName(t *testing.T) {
+	err := SignalWorkRows(testContext(t), offlineDB(t), "", "")
+	if err == nil || !strings.HasPrefix(err.Error(), "baton/bunstore: SignalWorkRows: table") {
+		t.Fatalf("SignalWorkRows with no table: %v, want an error starting with baton/bunstore: SignalWorkRows: table", err)
 	}
 }

@@ -88,7 +88,10 @@ type WorkRows[K comparable, R any] struct {
 	opts  WorkRowsOptions
 }
 
-var _ workrow.Store[int64, struct{}] = (*WorkRows[int64, struct{}])(nil)
+var (
+	_ workrow.Store[int64, struct{}] = (*WorkRows[int64, struct{}])(nil)
+	_ workrow.Waker                  = (*WorkRows[int64, struct{}])(nil)
+)
 
 // NewWorkRows returns a WorkRows over db for the model R, or an error
 // naming the first invalid option. db must run on pgx's database/sql

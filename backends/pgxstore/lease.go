@@ -3,7 +3,6 @@ package pgxstore
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -70,15 +69,5 @@ func NewLeaseStore(pool *pgxpool.Pool, opts LeaseStoreOptions) (*LeaseStore, err
 // since it may still be listening or be cut off mid-read. It returns ctx's
 // error when ctx ends, any other error as it happened.
 func (s *LeaseStore) WatchReleases(ctx context.Context, released func(role string)) error {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return s.WatchError(ctx, "get a connection", err)
-	}
-	c := conn.Hijack()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = c.Close(ctx)
-	}()
-	return s.Watch(ctx, c, released)
+	return s.WatchSession(ctx, session(s.pool), released)
 }

@@ -113,7 +113,10 @@ type OutboxStore struct {
 	pool *pgxpool.Pool // Listen's connections come from it
 }
 
-var _ outbox.Store = (*OutboxStore)(nil)
+var (
+	_ outbox.Store = (*OutboxStore)(nil)
+	_ outbox.Waker = (*OutboxStore)(nil)
+)
 
 // RebaseResult is what Rebase found and did, or would do with dryRun.
 type RebaseResult = pgsql.RebaseResult

@@ -3,7 +3,6 @@ package pgxstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,22 +13,13 @@ import (
 	"github.com/baton-go/baton/core/workrow"
 )
 
-var (
-	_ outbox.Waker  = (*OutboxStore)(nil)
-	_ workrow.Waker = (*WorkRows[int64, struct{}])(nil)
-)
-
 // Listen implements outbox.Waker: the leading driver listens on one
 // connection of the store's pool, taken out of the pool for good (closed,
 // not returned, when the session ends), for the signals of Enqueue. It
 // needs a session of its own: behind PgBouncer in transaction pooling
 // mode, LISTEN does not work; set outbox.Config.PollOnly there.
 func (s *OutboxStore) Listen(ctx context.Context) (outbox.Listener, error) {
-	conn, release, err := dedicated(ctx, s.pool)
-	if err != nil {
-		return nil, fmt.Errorf("baton/postgres: outbox listen: get a connection: %w", err)
-	}
-	return s.ListenOutbox(ctx, conn, release)
+	return s.ListenOutbox(ctx, session(s.pool))
 }
 
 // Listen implements workrow.Waker: a Worker's Run listens on one
@@ -37,11 +27,7 @@ func (s *OutboxStore) Listen(ctx context.Context) (outbox.Listener, error) {
 // signals of Signal and SignalWorkRows on this table. Behind PgBouncer in
 // transaction pooling mode, set workrow.Config.PollOnly.
 func (s *WorkRows[K, R]) Listen(ctx context.Context) (workrow.Listener, error) {
-	conn, release, err := dedicated(ctx, s.pool)
-	if err != nil {
-		return nil, fmt.Errorf("baton/postgres: work rows listen: get a connection: %w", err)
-	}
-	return s.ListenWork(ctx, conn, release)
+	return s.ListenWork(ctx, session(s.pool))
 }
 
 // Signal signals this store's table in the caller's transaction tx: the
@@ -61,35 +47,29 @@ func (s *WorkRows[K, R]) Signal(ctx context.Context, tx pgx.Tx) error {
 // SignalWorkRows is Signal for the work table table in schema ("" for
 // tx's search_path), for producers that have no WorkRows of their own.
 func SignalWorkRows(ctx context.Context, tx pgx.Tx, schema, table string) error {
-	if p := pgsql.IdentifierProblem(table); p != "" {
-		return fmt.Errorf("baton/postgres: SignalWorkRows: table %q: %s", table, p)
-	}
-	if schema != "" {
-		if err := pgsql.ValidateSchemaName("SignalWorkRows schema", schema); err != nil {
-			return err
-		}
-	}
 	var q pgsql.Querier
 	if tx != nil {
 		q = querier{tx}
 	}
-	return adapter.SignalWork(ctx, q, pgsql.Qualified(schema, table))
+	return adapter.SignalWorkRows(ctx, q, schema, table)
 }
 
-// dedicated takes a connection out of pool for a listening session and
-// returns it with the function that closes it.
-func dedicated(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, func(), error) {
-	if pool == nil {
-		return nil, nil, errors.New("the store has no pool")
+// session gives the listening sessions of pool: a connection taken out
+// of the pool for good, closed when the session ends.
+func session(pool *pgxpool.Pool) pgsql.Session {
+	return func(ctx context.Context) (*pgx.Conn, func(), error) {
+		if pool == nil {
+			return nil, nil, errors.New("the store has no pool")
+		}
+		pc, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		c := pc.Hijack()
+		return c, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = c.Close(ctx)
+		}, nil
 	}
-	pc, err := pool.Acquire(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	c := pc.Hijack()
-	return c, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = c.Close(ctx)
-	}, nil
 }

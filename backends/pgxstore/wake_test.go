@@ -2,6 +2,7 @@ package pgxstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -75,4 +76,30 @@ func TestWake_AWorkerIsWokenByASignalledInsert(t *testing.T) {
 func TestWake_AKilledWorkerListenConnectionFallsBackToPollingAndListensAgain(t *testing.T) {
 	env := testenv.Postgres(t)
 	waketest.WorkerFallback(t, wakeWork(t, testContext(t), env.Pool))
+}
+
+// Every error of the adapter starts with its package's name, the errors of
+// the listening sessions and of SignalWorkRows too. The pool is closed, so
+// nothing reaches a server.
+func TestWake_ErrorsStartWithThePackagesName(t *testing.T) {
+	ctx := testContext(t)
+	pool, err := pgxpool.New(ctx, "postgres://127.0.0.1:1/baton")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	_, outboxErr := mustOutboxStore(t, pool, OutboxStoreOptions{}).Listen(ctx)
+	_, workErr := suiteStore(t, pool).Listen(ctx)
+	_, logErr := NewOutboxLogStore(nil, OutboxLogOptions{})
+	for name, err := range map[string]error{
+		"OutboxStore.Listen":        outboxErr,
+		"WorkRows.Listen":           workErr,
+		"LeaseStore.WatchReleases":  mustLeaseStore(t, pool, LeaseStoreOptions{}).WatchReleases(ctx, func(string) {}),
+		"SignalWorkRows":            SignalWorkRows(ctx, nil, "", ""),
+		"NewOutboxLogStore(nil, …)": logErr,
+	} {
+		if err == nil || !strings.HasPrefix(err.Error(), "baton/pgxstore: ") {
+			t.Errorf("%s: %v; want an error starting with baton/pgxstore:", name, err)
+		}
+	}
 }

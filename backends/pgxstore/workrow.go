@@ -107,7 +107,10 @@ type WorkRows[K comparable, R any] struct {
 	scan func(row pgx.CollectableRow) (R, error)
 }
 
-var _ workrow.Store[int64, struct{}] = (*WorkRows[int64, struct{}])(nil)
+var (
+	_ workrow.Store[int64, struct{}] = (*WorkRows[int64, struct{}])(nil)
+	_ workrow.Waker                  = (*WorkRows[int64, struct{}])(nil)
+)
 
 // NewWorkRows returns a WorkRows over pool, or an error naming the first
 // invalid option. It sends nothing to the database; the first call reads

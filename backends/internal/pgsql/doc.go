@@ -5,7 +5,7 @@
 // shape they make, its verification and repair).
 //
 // It runs against a small seam, DB, Tx and Rows, with PostgreSQL's own
-// $N parameters. The two adapters implement the seam and nothing else of
+// $N parameters, and Session, a connection of its own for LISTEN. The two adapters implement the seam and nothing else of
 // substance: backends/pgxstore over pgxpool and pgx.Tx, backends/bunstore
 // over the database/sql handle under a bun.IDB, on pgx's database/sql
 // driver. Both therefore send the same statements with the same values as

@@ -35,6 +35,10 @@ var (
 	// ErrRebaseNoRoom is returned by Rebase when the entries need more xid
 	// values than lie below the oldest running transaction.
 	ErrRebaseNoRoom = errors.New("baton: too few xid values below the horizon to rebase the outbox")
+	// ErrListenUnsupported is wrapped when a store's handle cannot give a
+	// session that LISTENs (Session): the lease watcher and the wake-ups
+	// then have none, and the callers poll.
+	ErrListenUnsupported = errors.New("baton: the database handle cannot listen")
 )
 
 // Adapter is the package the errors are reported for, "pgxstore" or

@@ -311,11 +311,26 @@ func (s *LeaseStore) List(ctx context.Context) ([]lease.Listed, error) {
 	return listed, nil
 }
 
-// Watch listens on conn, a session of its own, and calls released with
-// every role announced on the channel, until ctx ends (it returns ctx's
-// error) or the connection fails. The caller discards conn afterwards: it
-// may still be listening, or be cut off mid-read.
-func (s *LeaseStore) Watch(ctx context.Context, conn *pgx.Conn, released func(role string)) error {
+// WatchSession is the adapters' WatchReleases: it listens on a session of
+// open's and calls released with every role announced on the channel,
+// until ctx ends (it returns ctx's error) or the connection fails. The
+// session then ends: its connection may still be listening, or be cut off
+// mid-read.
+func (s *LeaseStore) WatchSession(ctx context.Context, open Session, released func(role string)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	conn, release, err := open(ctx)
+	if err != nil {
+		return s.watchError(ctx, "get a connection", err)
+	}
+	defer release()
+	return s.watch(ctx, conn, released)
+}
+
+// watch listens on conn and calls released with every role announced on
+// the channel, until ctx ends (ctx's error) or the connection fails.
+func (s *LeaseStore) watch(ctx context.Context, conn *pgx.Conn, released func(role string)) error {
 	if _, err := conn.Exec(ctx, s.listenSQL); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -338,9 +353,9 @@ func (s *LeaseStore) Watch(ctx context.Context, conn *pgx.Conn, released func(ro
 	}
 }
 
-// WatchError is the error of a watch that could not start: ctx's error
+// watchError is the error of a watch that could not start: ctx's error
 // when ctx ended, else err mapped.
-func (s *LeaseStore) WatchError(ctx context.Context, op string, err error) error {
+func (s *LeaseStore) watchError(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

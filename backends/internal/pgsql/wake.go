@@ -142,11 +142,15 @@ type Listener struct {
 	release func() // gives the connection back to the adapter, which closes it
 }
 
-// Listen makes conn, a connection of its own, listen for the signals of
-// table (quoted, qualified), the channel being prefix and the table's
-// oid. release, called by Close, ends the connection: a session that
+// listen opens a session and makes it listen for the signals of table
+// (quoted, qualified), the channel being prefix and the table's oid. The
+// session's release, called by Close, ends the connection: a session that
 // listened, or holds the gate, is never reused.
-func (a Adapter) listen(ctx context.Context, ar Area, conn *pgx.Conn, table, prefix string, release func()) (*Listener, error) {
+func (a Adapter) listen(ctx context.Context, ar Area, open Session, table, prefix string) (*Listener, error) {
+	conn, release, err := open(ctx)
+	if err != nil {
+		return nil, a.errorf("%s listen: get a connection: %w", areaInfo[ar].name, err)
+	}
 	var oid int64
 	if err := conn.QueryRow(ctx, tableOIDSQL, table).Scan(&oid); err != nil {
 		release()
@@ -160,10 +164,10 @@ func (a Adapter) listen(ctx context.Context, ar Area, conn *pgx.Conn, table, pre
 	return l, nil
 }
 
-// ListenOutbox listens for the commits into the outbox tables of s on
-// conn; release ends conn.
-func (s *OutboxStore) ListenOutbox(ctx context.Context, conn *pgx.Conn, release func()) (*OutboxListener, error) {
-	l, err := s.a.listen(ctx, AreaOutbox, conn, s.table, OutboxChannelPrefix, release)
+// ListenOutbox listens for the commits into the outbox tables of s on a
+// session of open's.
+func (s *OutboxStore) ListenOutbox(ctx context.Context, open Session) (*OutboxListener, error) {
+	l, err := s.a.listen(ctx, AreaOutbox, open, s.table, OutboxChannelPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -171,16 +175,31 @@ func (s *OutboxStore) ListenOutbox(ctx context.Context, conn *pgx.Conn, release 
 	return &OutboxListener{l}, nil
 }
 
-// ListenWork listens for the signals of s's table on conn; release ends
-// conn.
-func (s *WorkRows[K, R]) ListenWork(ctx context.Context, conn *pgx.Conn, release func()) (*Listener, error) {
-	return s.c.Adapter.listen(ctx, AreaWorkRow, conn, s.table, WorkChannelPrefix, release)
+// ListenWork listens for the signals of s's table on a session of
+// open's.
+func (s *WorkRows[K, R]) ListenWork(ctx context.Context, open Session) (*Listener, error) {
+	return s.c.Adapter.listen(ctx, AreaWorkRow, open, s.table, WorkChannelPrefix)
 }
 
 // Signal signals s's table in the caller's transaction q: the workers
 // listening for it claim as soon as the transaction commits.
 func (s *WorkRows[K, R]) Signal(ctx context.Context, q Querier) error {
 	return s.c.Adapter.SignalWork(ctx, q, s.table)
+}
+
+// SignalWorkRows is the adapters' SignalWorkRows: it signals the work
+// table table in schema ("" for the search_path) in the caller's
+// transaction q, after checking both names.
+func (a Adapter) SignalWorkRows(ctx context.Context, q Querier, schema, table string) error {
+	if p := IdentifierProblem(table); p != "" {
+		return a.errorf("SignalWorkRows: table %q: %s", table, p)
+	}
+	if schema != "" {
+		if err := ValidateSchemaName("SignalWorkRows schema", schema); err != nil {
+			return err
+		}
+	}
+	return a.SignalWork(ctx, q, Qualified(schema, table))
 }
 
 // SignalWork signals the work table (quoted and qualified as in a
