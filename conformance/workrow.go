@@ -124,7 +124,7 @@ func newWorkRowsSuite(factory func(t *testing.T) WorkRowsHarness, features WorkR
 
 // checks lists the suite's subtests, area by area.
 func (s *workRowsSuite) checks() []check {
-	return concat(s.claimChecks(), s.finalizeChecks(), s.workerChecks(), s.inputChecks(), s.wakeChecks())
+	return concat(s.claimChecks(), s.finalizeChecks(), s.workerChecks(), s.inputChecks(), s.wakeChecks(), s.severalClaimsChecks())
 }
 
 // workRowsBundle is what every work-rows subtest starts from.

@@ -60,6 +60,8 @@ var workRowsVariants = []workRowsVariant{
 		wrStore(func(st *workRowStore) workRows { return anyLock{st, true} })},
 	{variant{"finalize-applies-the-first-rows-sets-to-all", "W8", "FinalizeManyIsGuardedPerRow"},
 		wrStore(func(st *workRowStore) workRows { return firstSetsForAll{st} })},
+	{variant{"claims-finalized-under-the-first-lock", "W21", "FinalizeClaimsGuardsEachRowByItsOwnClaim"},
+		wrStore(func(st *workRowStore) workRows { return firstLockForAll{st} })},
 	{variant{"renew-ignores-the-lock-id", "W9", "RenewExtendsOnlyOwnedRows"},
 		wrStore(func(st *workRowStore) workRows { return anyLock{st, false} })},
 	{variant{"release-keeps-the-lease", "W10", "ReleaseMakesARowClaimableAtOnce"},
@@ -295,4 +297,23 @@ func (b workRowsCauseLost) Claim(ctx context.Context, spec workrow.ClaimSpec) ([
 		return nil, errAborted
 	}
 	return b.workRowStore.Claim(ctx, spec)
+}
+
+// firstLockForAll finalizes every claim of a FinalizeClaims call under the
+// first claim's lock.
+type firstLockForAll struct{ *workRowStore }
+
+func (b firstLockForAll) FinalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[int64]) ([][]bool, error) {
+	if err := workrow.CheckClaims(claims); err != nil || len(claims) == 0 {
+		return b.workRowStore.FinalizeClaims(ctx, claims)
+	}
+	owned := make([][]bool, len(claims))
+	for c, cl := range claims {
+		o, err := b.workRowStore.FinalizeMany(ctx, claims[0].Lock, cl.Finals)
+		if err != nil {
+			return nil, err
+		}
+		owned[c] = o
+	}
+	return owned, nil
 }

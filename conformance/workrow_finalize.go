@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -136,5 +137,78 @@ func (s *workRowsSuite) release(t *testing.T, env workRowsBundle) {
 	}
 	if got := wrClaim(t, ctx, h.Second, wrSpec(t0, 1)); !slices.Equal(wrIDs(got), []int64{1}) {
 		t.Fatalf("a released row was not claimable at once: got %v", wrIDs(got))
+	}
+}
+
+// severalClaimsChecks is workrow.ClaimsFinalizer's rule, last because it
+// is the newest.
+func (s *workRowsSuite) severalClaimsChecks() []check {
+	return area(s.setup,
+		subtest[workRowsBundle]{"FinalizeClaimsGuardsEachRowByItsOwnClaim", s.finalizeClaims},
+	)
+}
+
+// finalizeClaims finalizes two claims in one call, each naming a row of
+// the other: those are refused and left as they are, the others get their
+// own sets. A store that is no workrow.ClaimsFinalizer skips it.
+func (s *workRowsSuite) finalizeClaims(t *testing.T, env workRowsBundle) {
+	h, ctx := env.h, env.ctx
+	fc, ok := h.Store.(workrow.ClaimsFinalizer[int64])
+	if !ok {
+		t.Skip("the store is no workrow.ClaimsFinalizer: rule W21 does not apply")
+	}
+	t0 := wrBase()
+	wrInsert(t, ctx, h, wrFresh(4)...)
+	a, b := wrSpec(t0, 2), wrSpec(t0, 2)
+	if got := wrClaim(t, ctx, h.Store, a); !slices.Equal(wrIDs(got), []int64{1, 2}) {
+		t.Fatalf("first claim took %v; want [1 2]", wrIDs(got))
+	}
+	if got := wrClaim(t, ctx, h.Second, b); !slices.Equal(wrIDs(got), []int64{3, 4}) {
+		t.Fatalf("second claim took %v; want [3 4]", wrIDs(got))
+	}
+	before := wrRead(t, ctx, h)
+
+	for _, bad := range [][]workrow.ClaimFinals[int64]{
+		{{Lock: a.LockID, Finals: []workrow.Final[int64]{{ID: 1}}}, {Lock: a.LockID, Finals: []workrow.Final[int64]{{ID: 2}}}},
+		{{Lock: a.LockID, Finals: []workrow.Final[int64]{{ID: 1}}}, {Finals: []workrow.Final[int64]{{ID: 3}}}},
+	} {
+		if _, err := fc.FinalizeClaims(ctx, bad); !errors.Is(err, workrow.ErrInvalidSpec) {
+			t.Fatalf("FinalizeClaims with a lock twice or a zero lock = %v; want ErrInvalidSpec", err)
+		}
+	}
+	if after := wrRead(t, ctx, h); !wrSame(before[1], after[1]) || !wrSame(before[3], after[3]) {
+		t.Fatal("a refused FinalizeClaims changed rows")
+	}
+
+	done := t0.Add(time.Second)
+	retry := t0.Add(time.Hour)
+	owned, err := fc.FinalizeClaims(ctx, []workrow.ClaimFinals[int64]{
+		{Lock: a.LockID, Finals: []workrow.Final[int64]{
+			{ID: 3, Set: wrComplete(done)},
+			{ID: 1, Set: []workrow.Set{workrow.Assign("last_error", "quota"), workrow.Add("attempts", 10)}, VisibleAfter: retry},
+		}},
+		{Lock: b.LockID, Finals: []workrow.Final[int64]{
+			{ID: 4, Set: wrComplete(done)},
+			{ID: 2, Set: wrComplete(done)},
+		}},
+	})
+	if err != nil {
+		t.Fatalf("FinalizeClaims: %v", err)
+	}
+	if len(owned) != 2 || !slices.Equal(owned[0], []bool{false, true}) || !slices.Equal(owned[1], []bool{true, false}) {
+		t.Fatalf("FinalizeClaims = %v; want [[false true] [true false]]: rows 3 and 2 carry the other claim's lock", owned)
+	}
+	after := wrRead(t, ctx, h)
+	if r := after[1]; r.CompletedAt != nil || r.LastError == nil || *r.LastError != "quota" || r.Attempts != 11 ||
+		!r.LockID.IsZero() || !r.LockedUntil.Equal(retry) {
+		t.Fatalf("row 1 is %s; want its own sets only (error, attempts 1+10), unlocked, visible after %v", wrDescribe(r), retry)
+	}
+	if r := after[4]; r.CompletedAt == nil || !r.CompletedAt.Equal(done) || !r.LockID.IsZero() || !r.LockedUntil.IsZero() {
+		t.Fatalf("row 4 is %s; want completed at %v, unlocked", wrDescribe(r), done)
+	}
+	for _, id := range []int64{2, 3} {
+		if !wrSame(before[id], after[id]) {
+			t.Fatalf("row %d, named under the other claim's lock, changed:\nbefore %s\nafter  %s", id, wrDescribe(before[id]), wrDescribe(after[id]))
+		}
 	}
 }

@@ -17,14 +17,21 @@ import (
 
 func (s *workRowsSuite) workerChecks() []check {
 	return area(s.setup,
-		subtest[workRowsBundle]{"WorkersCompleteEveryRowOnce", func(t *testing.T, env workRowsBundle) { s.workers(t, env, 1) }},
-		subtest[workRowsBundle]{"ConcurrentHandlersCompleteEveryRowOnce", func(t *testing.T, env workRowsBundle) { s.workers(t, env, wrConcurrency) }},
+		subtest[workRowsBundle]{"WorkersCompleteEveryRowOnce", func(t *testing.T, env workRowsBundle) { s.workers(t, env, 1, false) }},
+		subtest[workRowsBundle]{"ConcurrentHandlersCompleteEveryRowOnce", func(t *testing.T, env workRowsBundle) { s.workers(t, env, wrConcurrency, true) }},
 	)
 }
 
+// perClaim is a Store without its other methods: a Worker over it
+// finalizes each claim with FinalizeMany, even when the store is a
+// workrow.ClaimsFinalizer.
+type perClaim struct{ workrow.Store[int64, WorkRow] }
+
 // workers burns the table down with wrWorkers Workers over both stores,
-// each running concurrency handlers at once.
-func (s *workRowsSuite) workers(t *testing.T, env workRowsBundle, concurrency int) {
+// each running concurrency handlers at once; with perClaimOnly they
+// finalize through FinalizeMany alone (W12's pairing is FinalizeMany's),
+// else through FinalizeClaims where the store has it.
+func (s *workRowsSuite) workers(t *testing.T, env workRowsBundle, concurrency int, perClaimOnly bool) {
 	h, ctx := env.h, env.ctx
 	wrInsert(t, ctx, h, wrFresh(wrWorkerRows)...)
 
@@ -39,6 +46,9 @@ func (s *workRowsSuite) workers(t *testing.T, env workRowsBundle, concurrency in
 		st := h.Store
 		if g%2 == 1 {
 			st = h.Second
+		}
+		if perClaimOnly {
+			st = perClaim{st}
 		}
 		w, err := workrow.NewWorker(workrow.Config[int64, WorkRow]{
 			Store:    st,

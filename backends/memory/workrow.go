@@ -58,6 +58,7 @@ type WorkRowStore[K comparable, R any] struct {
 }
 
 var _ workrow.Store[int64, struct{ ID int64 }] = (*WorkRowStore[int64, struct{ ID int64 }])(nil)
+var _ workrow.ClaimsFinalizer[int64] = (*WorkRowStore[int64, struct{ ID int64 }])(nil)
 
 // WorkRowState is one row of a WorkRowStore with its lock columns.
 type WorkRowState[K comparable, R any] struct {
@@ -267,9 +268,29 @@ func (s *WorkRowStore[K, R]) FinalizeMany(ctx context.Context, lock workrow.Lock
 	if err := workrow.CheckFinalize(lock, finals); err != nil {
 		return nil, err
 	}
-	for i, f := range finals {
-		if err := s.checkSets(fmt.Sprintf("Final[%d].Set", i), f.Set); err != nil {
-			return nil, err
+	owned, err := s.finalizeClaims(ctx, []workrow.ClaimFinals[K]{{Lock: lock, Finals: finals}})
+	if err != nil {
+		return nil, err
+	}
+	return owned[0], nil
+}
+
+// FinalizeClaims implements workrow.ClaimsFinalizer.
+func (s *WorkRowStore[K, R]) FinalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[K]) ([][]bool, error) {
+	if err := workrow.CheckClaims(claims); err != nil {
+		return nil, err
+	}
+	return s.finalizeClaims(ctx, claims)
+}
+
+// finalizeClaims applies every claim's finals under one hold of the mutex,
+// each guarded by its own claim's lock, or none when one fails.
+func (s *WorkRowStore[K, R]) finalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[K]) ([][]bool, error) {
+	for _, c := range claims {
+		for i, f := range c.Finals {
+			if err := s.checkSets(fmt.Sprintf("Final[%d].Set", i), f.Set); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -277,23 +298,28 @@ func (s *WorkRowStore[K, R]) FinalizeMany(ctx context.Context, lock workrow.Lock
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	owned := make([]bool, len(finals))
-	next := make([]R, len(finals))
-	for i, f := range finals {
-		e := s.rows[f.ID]
-		if e == nil || e.lock != lock {
-			continue
-		}
-		r, err := s.codec.apply(e.row, f.Set, time.Time{})
-		if err != nil {
-			return nil, fmt.Errorf("baton/memory: work rows: finalize: row %v: %w; nothing was finalized", f.ID, err)
-		}
-		owned[i], next[i] = true, r.(R)
-	}
-	for i, f := range finals {
-		if owned[i] {
+	owned := make([][]bool, len(claims))
+	next := make([][]R, len(claims))
+	for c, cl := range claims {
+		owned[c], next[c] = make([]bool, len(cl.Finals)), make([]R, len(cl.Finals))
+		for i, f := range cl.Finals {
 			e := s.rows[f.ID]
-			e.row, e.lock, e.until = next[i], workrow.LockID{}, f.VisibleAfter
+			if e == nil || e.lock != cl.Lock {
+				continue
+			}
+			r, err := s.codec.apply(e.row, f.Set, time.Time{})
+			if err != nil {
+				return nil, fmt.Errorf("baton/memory: work rows: finalize: row %v: %w; nothing was finalized", f.ID, err)
+			}
+			owned[c][i], next[c][i] = true, r.(R)
+		}
+	}
+	for c, cl := range claims {
+		for i, f := range cl.Finals {
+			if owned[c][i] {
+				e := s.rows[f.ID]
+				e.row, e.lock, e.until = next[c][i], workrow.LockID{}, f.VisibleAfter
+			}
 		}
 	}
 	return owned, nil

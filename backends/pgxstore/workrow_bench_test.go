@@ -27,6 +27,19 @@ type countingRows struct {
 
 func (c *countingRows) FinalizeMany(ctx context.Context, lock workrow.LockID, finals []workrow.Final[int64]) ([]bool, error) {
 	owned, err := c.WorkRows.FinalizeMany(ctx, lock, finals)
+	c.count(owned)
+	return owned, err
+}
+
+func (c *countingRows) FinalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[int64]) ([][]bool, error) {
+	owned, err := c.WorkRows.FinalizeClaims(ctx, claims)
+	for _, o := range owned {
+		c.count(o)
+	}
+	return owned, err
+}
+
+func (c *countingRows) count(owned []bool) {
 	var k int64
 	for _, ok := range owned {
 		if ok {
@@ -36,7 +49,6 @@ func (c *countingRows) FinalizeMany(ctx context.Context, lock workrow.LockID, fi
 	if c.done.Add(k) >= c.n {
 		c.once.Do(func() { close(c.all) })
 	}
-	return owned, err
 }
 
 // BenchmarkWorkRows_Throughput measures claim + finalize with a no-op

@@ -60,6 +60,30 @@ func (s *chaosWorkRows) FinalizeMany(ctx context.Context, lock workrow.LockID, f
 	if err != nil {
 		return owned, err
 	}
+	s.record(lock, finals, completes, owned)
+	return owned, nil
+}
+
+func (s *chaosWorkRows) FinalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[int64]) ([][]bool, error) {
+	stamped := make([]workrow.ClaimFinals[int64], len(claims))
+	completes := make([][]bool, len(claims))
+	for i, c := range claims {
+		var finals []workrow.Final[int64]
+		finals, completes[i] = workrowtest.Stamp(c.Lock, c.Finals)
+		stamped[i] = workrow.ClaimFinals[int64]{Lock: c.Lock, Finals: finals}
+	}
+	owned, err := s.WorkRows.FinalizeClaims(ctx, stamped)
+	if err != nil {
+		return owned, err
+	}
+	for i, c := range stamped {
+		s.record(c.Lock, c.Finals, completes[i], owned[i])
+	}
+	return owned, nil
+}
+
+// record logs what one claim's finalize answered.
+func (s *chaosWorkRows) record(lock workrow.LockID, finals []workrow.Final[int64], completes, owned []bool) {
 	s.log.mu.Lock()
 	defer s.log.mu.Unlock()
 	for i, ok := range owned {
@@ -74,7 +98,6 @@ func (s *chaosWorkRows) FinalizeMany(ctx context.Context, lock workrow.LockID, f
 			s.log.ownedFinalizes[id]++
 		}
 	}
-	return owned, nil
 }
 
 func (s *chaosWorkRows) RenewMany(ctx context.Context, lock workrow.LockID, until time.Time, ids []int64) ([]bool, error) {

@@ -21,12 +21,23 @@ type memStore[R any] struct {
 	renewErr    error
 	finalizeErr error
 	claims      int
-	finalizes   [][]workrow.Final[int64]
-	renews      [][]int64
-	releases    [][]int64
+	finalizes   [][]workrow.Final[int64] // one per claim finalized, by either method
+	claimsCalls []int                    // FinalizeClaims calls: claims in each
+	// onFinalizeClaims, when set, runs in each FinalizeClaims call before
+	// it applies anything, with the call's claim count.
+	onFinalizeClaims func(claims int)
+	renews           [][]int64
+	releases         [][]int64
 }
 
-var _ workrow.Store[int64, job] = (*memStore[job])(nil)
+var (
+	_ workrow.Store[int64, job]      = (*memStore[job])(nil)
+	_ workrow.ClaimsFinalizer[int64] = (*memStore[job])(nil)
+)
+
+// perClaim is a Store that is no ClaimsFinalizer: a Worker over it
+// finalizes each claim on its own.
+type perClaim[R any] struct{ workrow.Store[int64, R] }
 
 func newMemStore[R any]() *memStore[R] {
 	st, err := memory.NewWorkRowStore[int64, R](memory.WorkRowStoreOptions{})
@@ -94,6 +105,28 @@ func (s *memStore[R]) FinalizeMany(ctx context.Context, lock workrow.LockID, fin
 		return nil, err
 	}
 	return s.WorkRowStore.FinalizeMany(ctx, lock, finals)
+}
+
+// FinalizeClaims records each claim's part as a finalize of its own, and
+// the call's claim count in finalizeCalls.
+func (s *memStore[R]) FinalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[int64]) ([][]bool, error) {
+	if err := workrow.CheckClaims(claims); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	for _, c := range claims {
+		s.finalizes = append(s.finalizes, slices.Clone(c.Finals))
+	}
+	s.claimsCalls = append(s.claimsCalls, len(claims))
+	err, hook := s.finalizeErr, s.onFinalizeClaims
+	s.mu.Unlock()
+	if hook != nil {
+		hook(len(claims))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.WorkRowStore.FinalizeClaims(ctx, claims)
 }
 
 func (s *memStore[R]) RenewMany(ctx context.Context, lock workrow.LockID, until time.Time, ids []int64) ([]bool, error) {

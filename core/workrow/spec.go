@@ -167,6 +167,23 @@ func CheckFinalize[K comparable](lock LockID, finals []Final[K]) error {
 	return nil
 }
 
+// CheckClaims validates a FinalizeClaims request: each claim passes
+// CheckFinalize, and no lock id appears twice (a claim's rows travel
+// together). A row may appear in two claims: at most one of them holds it.
+func CheckClaims[K comparable](claims []ClaimFinals[K]) error {
+	seen := make(map[LockID]bool, len(claims))
+	for c, cl := range claims {
+		if seen[cl.Lock] {
+			return fmt.Errorf("%w: finalize claims: claims[%d]: lock %v appears twice", ErrInvalidSpec, c, cl.Lock)
+		}
+		seen[cl.Lock] = true
+		if err := CheckFinalize(cl.Lock, cl.Finals); err != nil {
+			return fmt.Errorf("claims[%d]: %w", c, err)
+		}
+	}
+	return nil
+}
+
 // CheckRenew validates a renew request: a non-zero lock, a lease end and no
 // row twice.
 func CheckRenew[K comparable](lock LockID, until time.Time, ids []K) error {

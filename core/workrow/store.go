@@ -96,3 +96,29 @@ type Store[K comparable, R any] interface {
 	//     columns its claim set.
 	ReleaseMany(ctx context.Context, lock LockID, ids []K) (owned []bool, err error)
 }
+
+// ClaimsFinalizer is what a Store implements, besides Store, when it can
+// end the attempts of several claims in one step. A Worker whose claims
+// finish close together then finalizes them in one call (one statement and
+// one commit for SQL stores) instead of one call per claim; with a Store
+// that lacks it, each claim is finalized on its own.
+type ClaimsFinalizer[K comparable] interface {
+	// FinalizeClaims is FinalizeMany for each claim in claims, in one
+	// atomic step: owned[c][i] reports whether claims[c].Finals[i] was
+	// applied. On an error nothing is applied.
+	//
+	//   - W21 several claims: each Final is guarded by its own claim's
+	//     lock, exactly as FinalizeMany(ctx, c.Lock, c.Finals) would be: a
+	//     row that carries another claim's lock (another one of the same
+	//     call included) is reported false and left as it is, and every
+	//     row gets its own Final's sets. A request failing CheckClaims is
+	//     an error wrapping ErrInvalidSpec and writes nothing.
+	FinalizeClaims(ctx context.Context, claims []ClaimFinals[K]) (owned [][]bool, err error)
+}
+
+// ClaimFinals is one claim's part of a FinalizeClaims call: the lock id its
+// claim stamped and the Finals of its rows.
+type ClaimFinals[K comparable] struct {
+	Lock   LockID
+	Finals []Final[K]
+}

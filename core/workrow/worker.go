@@ -38,7 +38,9 @@ import (
 // Outcomes are finalized together (FinalizeMany) when every row of the batch
 // is done or when the oldest has waited FlushInterval; each finalize is
 // guarded by the batch's lock id, so a row lost meanwhile is logged and
-// never overwritten.
+// never overwritten. Over a Store that is a ClaimsFinalizer, the batches
+// that finish while one batch's last finalize is in flight share the next
+// one: a call, and one commit, for several claims.
 type Worker[K comparable, R any] struct {
 	cfg    Config[K, R]
 	status health.Tracker
@@ -202,6 +204,14 @@ type run[K comparable, R any] struct {
 
 	handlers sync.WaitGroup
 	batches  sync.WaitGroup
+
+	// finalizer is the Store as a ClaimsFinalizer, nil when it is not
+	// one: then each batch ends on its own. finMu guards the batches
+	// queued for the next FinalizeClaims and whether one is in flight.
+	finalizer  ClaimsFinalizer[K]
+	finMu      sync.Mutex
+	finQueue   []*batch[K, R]
+	finalizing bool
 }
 
 type item[K comparable, R any] struct {
@@ -222,6 +232,7 @@ func (w *Worker[K, R]) start(ctx context.Context) *run[K, R] {
 		room:     make(chan struct{}, 1),
 		failed:   make(chan error, 1),
 	}
+	r.finalizer, _ = w.cfg.Store.(ClaimsFinalizer[K])
 	for range w.cfg.Concurrency {
 		r.handlers.Go(r.handle)
 	}
@@ -344,19 +355,67 @@ func (r *run[K, R]) add(b *batch[K, R]) {
 	}
 	r.batches.Go(func() {
 		<-b.worked
-		b.err = b.end(r.ctx)
-		close(b.ended)
-		if b.err != nil {
-			select {
-			case r.failed <- b.err:
-			default:
-			}
+		if r.finalizer == nil {
+			b.err = b.end(r.ctx)
+			r.ended(b)
+			return
 		}
-		r.mu.Lock()
-		r.ending--
-		r.mu.Unlock()
-		r.signalRoom()
+		b.stopKeeper()
+		r.endTogether(b)
 	})
+}
+
+// ended hands back a batch that end has finished.
+func (r *run[K, R]) ended(b *batch[K, R]) {
+	close(b.ended)
+	if b.err != nil {
+		select {
+		case r.failed <- b.err:
+		default:
+		}
+	}
+	r.mu.Lock()
+	r.ending--
+	r.mu.Unlock()
+	r.signalRoom()
+}
+
+// endTogether ends b with every other batch that is ready meanwhile, in
+// one FinalizeClaims call: the first batch to arrive while no call is in
+// flight makes the calls, for itself and for every batch that queued
+// behind it, until the queue is empty; the others only queue. So the
+// batches that finish during one finalize share the next one, and a
+// lone batch is finalized at once.
+func (r *run[K, R]) endTogether(b *batch[K, R]) {
+	r.finMu.Lock()
+	r.finQueue = append(r.finQueue, b)
+	if r.finalizing {
+		r.finMu.Unlock()
+		return
+	}
+	r.finalizing = true
+	for {
+		group := r.finQueue
+		r.finQueue = nil
+		if len(group) == 0 {
+			r.finalizing = false
+			r.finMu.Unlock()
+			return
+		}
+		r.finMu.Unlock()
+		errs := finalizeTogether(r.ctx, r.finalizer, group)
+		for i, g := range group {
+			if err := g.releaseUnstarted(r.ctx); err != nil {
+				g.addErr(err)
+			}
+			if errs[i] != nil {
+				g.addErr(errs[i])
+			}
+			g.err = g.joinedErrs()
+			r.ended(g)
+		}
+		r.finMu.Lock()
+	}
 }
 
 // handle is one handler goroutine: it works rows in hand, one at a time,
@@ -470,17 +529,27 @@ func (b *batch[K, R]) rowDone() bool {
 // end runs once every row is worked or skipped: it stops the keeper,
 // finalizes the outcomes left and releases the rows never started.
 func (b *batch[K, R]) end(ctx context.Context) error {
-	b.stopKeeping()
-	<-b.keeperDone
-	b.mu.Lock()
-	b.watchdog.Stop()
-	b.mu.Unlock()
+	b.stopKeeper()
 	if err := b.flush(ctx); err != nil {
 		b.addErr(err)
 	}
 	if err := b.releaseUnstarted(ctx); err != nil {
 		b.addErr(err)
 	}
+	return b.joinedErrs()
+}
+
+// stopKeeper stops the keeper and the lease watchdog: from then on only
+// the batch's end touches the store for it.
+func (b *batch[K, R]) stopKeeper() {
+	b.stopKeeping()
+	<-b.keeperDone
+	b.mu.Lock()
+	b.watchdog.Stop()
+	b.mu.Unlock()
+}
+
+func (b *batch[K, R]) joinedErrs() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return errors.Join(b.errs...)
@@ -657,19 +726,10 @@ func (b *batch[K, R]) flush(ctx context.Context) error {
 	b.storeMu.Lock()
 	defer b.storeMu.Unlock()
 
-	b.mu.Lock()
-	idx := b.pending
-	b.pending = nil
-	finals := make([]Final[K], len(idx))
-	for j, i := range idx {
-		finals[j] = b.finals[i]
-		b.state[i] = rowFinished
-	}
-	b.mu.Unlock()
+	idx, finals := b.takePending()
 	if len(finals) == 0 {
 		return nil
 	}
-
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.w.cfg.StoreTimeout)
 	defer cancel()
 	began := time.Now()
@@ -677,6 +737,26 @@ func (b *batch[K, R]) flush(ctx context.Context) error {
 	if err == nil && len(owned) != len(finals) {
 		err = fmt.Errorf("the store answered %d results for %d rows", len(owned), len(finals))
 	}
+	return b.flushed(ctx, idx, finals, owned, began, err)
+}
+
+// takePending takes the decided rows' finals, marking them finished.
+func (b *batch[K, R]) takePending() ([]int, []Final[K]) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	idx := b.pending
+	b.pending = nil
+	finals := make([]Final[K], len(idx))
+	for j, i := range idx {
+		finals[j] = b.finals[i]
+		b.state[i] = rowFinished
+	}
+	return idx, finals
+}
+
+// flushed reports a finalize of the batch's rows idx: to the hooks, to the
+// log, and as the batch's error.
+func (b *batch[K, R]) flushed(ctx context.Context, idx []int, finals []Final[K], owned []bool, began time.Time, err error) error {
 	b.finalized(ctx, idx, owned, began, err)
 	if err != nil {
 		b.log.Error("baton: finalizing work rows failed; they become claimable when their lease ends", "rows", len(finals), "err", err)
@@ -689,6 +769,45 @@ func (b *batch[K, R]) flush(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// finalizeTogether finalizes the decided rows of batches whose keepers
+// have stopped in one FinalizeClaims call, and returns each batch's
+// finalize error.
+func finalizeTogether[K comparable, R any](ctx context.Context, f ClaimsFinalizer[K], group []*batch[K, R]) []error {
+	errs := make([]error, len(group))
+	idx := make([][]int, len(group))
+	claims := make([]ClaimFinals[K], 0, len(group))
+	parts := make([]int, 0, len(group)) // group index of each claim
+	for i, b := range group {
+		var finals []Final[K]
+		idx[i], finals = b.takePending()
+		if len(finals) > 0 {
+			claims = append(claims, ClaimFinals[K]{Lock: b.lock, Finals: finals})
+			parts = append(parts, i)
+		}
+	}
+	if len(claims) == 0 {
+		return errs
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), group[0].w.cfg.StoreTimeout)
+	defer cancel()
+	began := time.Now()
+	owned, err := f.FinalizeClaims(sctx, claims)
+	if err == nil && len(owned) != len(claims) {
+		err = fmt.Errorf("the store answered %d results for %d claims", len(owned), len(claims))
+	}
+	for c, i := range parts {
+		var o []bool
+		cerr := err
+		if cerr == nil {
+			if o = owned[c]; len(o) != len(claims[c].Finals) {
+				cerr = fmt.Errorf("the store answered %d results for %d rows", len(o), len(claims[c].Finals))
+			}
+		}
+		errs[i] = group[i].flushed(ctx, idx[i], claims[c].Finals, o, began, cerr)
+	}
+	return errs
 }
 
 // releaseUnstarted hands back the rows whose handler never ran.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -391,16 +392,28 @@ func (s *slowStore) Claim(ctx context.Context, spec workrow.ClaimSpec) ([]workro
 }
 
 func (s *slowStore) FinalizeMany(ctx context.Context, lock workrow.LockID, finals []workrow.Final[int64]) ([]bool, error) {
-	s.mu.Lock()
-	s.running++
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.running--
-		s.mu.Unlock()
-	}()
-	time.Sleep(time.Second)
+	defer s.finalizing(1)()
 	return s.memStore.FinalizeMany(ctx, lock, finals)
+}
+
+// FinalizeClaims counts each claim of the call as a finalize running.
+func (s *slowStore) FinalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[int64]) ([][]bool, error) {
+	defer s.finalizing(len(claims))()
+	return s.memStore.FinalizeClaims(ctx, claims)
+}
+
+// finalizing counts n finalizes running for a second; the func it returns
+// ends them.
+func (s *slowStore) finalizing(n int) func() {
+	s.mu.Lock()
+	s.running += n
+	s.mu.Unlock()
+	time.Sleep(time.Second)
+	return func() {
+		s.mu.Lock()
+		s.running -= n
+		s.mu.Unlock()
+	}
 }
 
 func TestWorker_ConcurrencyFastHandlersDoNotRunAheadOfTheFinalizes(t *testing.T) {
@@ -416,14 +429,21 @@ func TestWorker_ConcurrencyFastHandlersDoNotRunAheadOfTheFinalizes(t *testing.T)
 	for _, tc := range []struct {
 		concurrency int
 		most        int
+		perClaim    bool
 	}{
 		{concurrency: 19, most: 2},                              // one claim at a time
 		{concurrency: 100, most: 2 * workrow.MaxClaimsInFlight}, // claims alongside
+		{concurrency: 19, most: 2, perClaim: true},
+		{concurrency: 100, most: 2 * workrow.MaxClaimsInFlight, perClaim: true},
 	} {
-		t.Run(fmt.Sprintf("concurrency=%d", tc.concurrency), func(t *testing.T) {
+		t.Run(fmt.Sprintf("concurrency=%d/perClaim=%v", tc.concurrency, tc.perClaim), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				store := &slowStore{memStore: newJobs(400)}
-				cfg := jobConfig(store, complete)
+				var st workrow.Store[int64, job] = store
+				if tc.perClaim {
+					st = perClaim[job]{store}
+				}
+				cfg := jobConfig(st, complete)
 				cfg.Concurrency = tc.concurrency
 				cfg.BatchSize = 10
 				cfg.IdleDelay = time.Minute
@@ -537,6 +557,77 @@ func TestWorker_ConcurrencyShutdownWaitsForTheClaimsInFlightAndHandsTheirRowsBac
 		for id := int64(1); id <= 100; id++ {
 			if _, lock, until := store.get(id); !lock.IsZero() || !until.IsZero() {
 				t.Fatalf("row %d is still leased (lock %v until %v) after Run returned", id, lock, until)
+			}
+		}
+	})
+}
+
+func TestWorker_BatchesThatFinishDuringAFinalizeShareTheNextCall(t *testing.T) {
+	// Over a ClaimsFinalizer, a batch that finishes while another's
+	// finalize is in flight waits for it and goes into the next call,
+	// with every other batch that finished meanwhile: with finalizes of a
+	// second and claims of 10ms, 40 batches need far fewer than 40 calls,
+	// and each row is still finalized once, by its own claim's lock.
+	synctest.Test(t, func(t *testing.T) {
+		store := &slowStore{memStore: newJobs(400)}
+		cfg := jobConfig(store, complete)
+		cfg.Concurrency, cfg.BatchSize = 100, 10
+		cfg.IdleDelay, cfg.PollOnly = time.Minute, true
+		runWorker(t, newWorker(t, cfg))
+		time.Sleep(time.Minute)
+
+		store.memStore.mu.Lock()
+		calls := slices.Clone(store.memStore.claimsCalls)
+		finalized := len(store.memStore.finalizes)
+		store.memStore.mu.Unlock()
+		if finalized != 40 {
+			t.Fatalf("%d claims finalized; want the 40 batches once each", finalized)
+		}
+		if len(calls) == 0 || len(calls) >= 40 || slices.Max(calls) < 2 {
+			t.Fatalf("FinalizeClaims calls carried %v claims; want batches that finished together in one call", calls)
+		}
+		for id := int64(1); id <= 400; id++ {
+			if j, _, _ := store.get(id); j.CompletedAt == nil || j.Attempts != 1 {
+				t.Fatalf("row %d: %+v; want completed after one attempt", id, j)
+			}
+		}
+	})
+}
+
+func TestWorker_AFailedSharedFinalizeIsEveryBatchsError(t *testing.T) {
+	// Each batch of a FinalizeClaims call that fails reports the failure
+	// as its own, and its rows are left as they are, to come back when
+	// their leases end.
+	synctest.Test(t, func(t *testing.T) {
+		store := &slowStore{memStore: newJobs(40)}
+		store.memStore.finalizeErr = errors.New("connection reset")
+		rec := &logRecorder{}
+		cfg := jobConfig(store, complete)
+		cfg.Concurrency, cfg.BatchSize = 40, 10
+		cfg.IdleDelay, cfg.PollOnly = time.Minute, true
+		cfg.Logger = slog.New(rec)
+		stop := runWorker(t, newWorker(t, cfg))
+		time.Sleep(5 * time.Second) // shorter than the lease: nothing is claimed twice
+		stop()
+
+		store.memStore.mu.Lock()
+		calls := slices.Clone(store.memStore.claimsCalls)
+		store.memStore.mu.Unlock()
+		if len(calls) == 0 || slices.Max(calls) < 2 {
+			t.Fatalf("FinalizeClaims calls carried %v claims; want one shared by several batches", calls)
+		}
+		failed := 0
+		for _, m := range rec.messages() {
+			if strings.Contains(m, "finalizing work rows failed") {
+				failed++
+			}
+		}
+		if want := 4; failed != want {
+			t.Fatalf("%d batches logged the failed finalize; want each of the %d", failed, want)
+		}
+		for id := int64(1); id <= 40; id++ {
+			if j, lock, _ := store.get(id); j.CompletedAt != nil || lock.IsZero() {
+				t.Fatalf("row %d after a failed finalize: %+v lock=%v; want it untouched, locked until its lease ends", id, j, lock)
 			}
 		}
 	})

@@ -40,6 +40,21 @@ type countingRows struct {
 
 func (s *countingRows) FinalizeMany(ctx context.Context, lock workrow.LockID, finals []workrow.Final[int64]) ([]bool, error) {
 	owned, err := s.WorkRows.FinalizeMany(ctx, lock, finals)
+	s.count(owned)
+	return owned, err
+}
+
+// FinalizeClaims counts as FinalizeMany does: the Worker finalizes through
+// it when claims finish together.
+func (s *countingRows) FinalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[int64]) ([][]bool, error) {
+	owned, err := s.WorkRows.FinalizeClaims(ctx, claims)
+	for _, o := range owned {
+		s.count(o)
+	}
+	return owned, err
+}
+
+func (s *countingRows) count(owned []bool) {
 	var k int64
 	for _, ok := range owned {
 		if ok {
@@ -49,7 +64,6 @@ func (s *countingRows) FinalizeMany(ctx context.Context, lock workrow.LockID, fi
 	if c := s.c; c != nil {
 		c.Add(k)
 	}
-	return owned, err
 }
 
 // NewWorkRows creates WorkTable (fillfactor 90, as the work-row guide

@@ -45,6 +45,15 @@ func (s auditedRows) FinalizeMany(ctx context.Context, lock workrow.LockID, fina
 	return s.WorkRows.FinalizeMany(ctx, lock, stamped)
 }
 
+func (s auditedRows) FinalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[int64]) ([][]bool, error) {
+	stamped := make([]workrow.ClaimFinals[int64], len(claims))
+	for i, c := range claims {
+		finals, _ := workrowtest.Stamp(c.Lock, c.Finals)
+		stamped[i] = workrow.ClaimFinals[int64]{Lock: c.Lock, Finals: finals}
+	}
+	return s.WorkRows.FinalizeClaims(ctx, stamped)
+}
+
 func (s auditedRows) Finalize(ctx context.Context, lock workrow.LockID, f workrow.Final[int64]) (bool, error) {
 	stamped, _ := workrowtest.Stamp(lock, []workrow.Final[int64]{f})
 	return s.WorkRows.Finalize(ctx, lock, stamped[0])

@@ -504,21 +504,48 @@ const (
 )
 
 // FinalizeMany implements workrow.Store in one statement, whatever the
-// number of rows: the rows' ids, visibilities and set values travel as
-// arrays (unnest), and each row is matched by id and lock id. Columns a row
-// does not set keep their value. Array-typed columns cannot be set here;
-// use Finalize for them.
+// number of rows: the rows' ids, lock ids, visibilities and set values
+// travel as arrays (unnest), and each row is matched by id and lock id.
+// Columns a row does not set keep their value. Array-typed columns cannot
+// be set here; use Finalize for them.
 func (s *WorkRows[K, R]) FinalizeMany(ctx context.Context, lock workrow.LockID, finals []workrow.Final[K]) ([]bool, error) {
 	if err := workrow.CheckFinalize(lock, finals); err != nil {
 		return nil, err
 	}
-	for i, f := range finals {
-		if err := s.checkSets(fmt.Sprintf("Final[%d].Set", i), f.Set); err != nil {
-			return nil, err
+	owned, err := s.finalizeClaims(ctx, []workrow.ClaimFinals[K]{{Lock: lock, Finals: finals}})
+	if err != nil {
+		return nil, err
+	}
+	return owned[0], nil
+}
+
+// FinalizeClaims implements workrow.ClaimsFinalizer with FinalizeMany's
+// statement: every row carries its own claim's lock id in the arrays.
+func (s *WorkRows[K, R]) FinalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[K]) ([][]bool, error) {
+	if err := workrow.CheckClaims(claims); err != nil {
+		return nil, err
+	}
+	return s.finalizeClaims(ctx, claims)
+}
+
+func (s *WorkRows[K, R]) finalizeClaims(ctx context.Context, claims []workrow.ClaimFinals[K]) ([][]bool, error) {
+	var finals []workrow.Final[K]
+	var locks []pgtype.UUID
+	for _, c := range claims {
+		for i, f := range c.Finals {
+			if err := s.checkSets(fmt.Sprintf("Final[%d].Set", i), f.Set); err != nil {
+				return nil, err
+			}
+			finals = append(finals, f)
+			locks = append(locks, lockParam(c.Lock))
 		}
 	}
+	owned := make([][]bool, len(claims))
+	for c := range claims {
+		owned[c] = make([]bool, len(claims[c].Finals))
+	}
 	if len(finals) == 0 {
-		return nil, nil
+		return owned, nil
 	}
 	info, err := s.describe(ctx)
 	if err != nil {
@@ -576,9 +603,8 @@ func (s *WorkRows[K, R]) FinalizeMany(ctx context.Context, lock workrow.LockID, 
 	a := s.c.Alias
 	idType := info.types[s.c.IDColumn].typ
 	b := &sqlBuilder{}
-	b.param(lockParam(lock))
-	from := []string{b.param(ids) + "::" + idType + "[]", b.param(vis) + "::timestamptz[]"}
-	names := []string{"id", "visible_after"}
+	from := []string{b.param(ids) + "::" + idType + "[]", b.param(locks) + "::uuid[]", b.param(vis) + "::timestamptz[]"}
+	names := []string{"id", "lock", "visible_after"}
 	sets := []string{s.lockID + " = NULL", s.lockedTo + " = f.visible_after"}
 	for j, c := range cols {
 		ct, ok := info.types[c.name]
@@ -604,13 +630,32 @@ func (s *WorkRows[K, R]) FinalizeMany(ctx context.Context, lock workrow.LockID, 
 	q := `UPDATE ` + s.table + ` AS ` + a + `
 SET ` + strings.Join(sets, ",\n    ") + `
 FROM unnest(` + strings.Join(from, ", ") + `) AS f (` + strings.Join(names, ", ") + `)
-WHERE ` + a + `.` + s.id + ` = f.id AND ` + a + `.` + s.lockID + ` = $1
-RETURNING ` + a + `.` + s.id
-	owned, err := s.returnedIDs(ctx, "finalize", q, b.args...)
-	if err != nil {
-		return nil, err
+WHERE ` + a + `.` + s.id + ` = f.id AND ` + a + `.` + s.lockID + ` = f.lock
+RETURNING ` + a + `.` + s.id + `, f.lock`
+	type done struct {
+		id   K
+		lock pgtype.UUID
 	}
-	return ownedFlags(ids, owned), nil
+	rows, err := s.db.Query(ctx, q, b.args...)
+	applied, err := collect(rows, err, func(r Rows) (done, error) {
+		var d done
+		return d, r.Scan(&d.id, &d.lock)
+	})
+	if err != nil {
+		return nil, s.mapErr("finalize", err)
+	}
+	set := make(map[done]bool, len(applied))
+	for _, d := range applied {
+		set[d] = true
+	}
+	j := 0
+	for c := range claims {
+		for i := range owned[c] {
+			owned[c][i] = set[done{ids[j], locks[j]}]
+			j++
+		}
+	}
+	return owned, nil
 }
 
 // Renew extends the lease of one row if it still carries lock.
