@@ -3,13 +3,19 @@ package pgxstore
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/core/outbox"
@@ -152,6 +158,125 @@ func TestOutboxLogStore_SlotCreationTimesOutNamingTheBlockingTransaction(t *test
 	}
 }
 
+// startupProxy is a loopback proxy in front of target that rewrites the
+// parameters of each connection's startup message and then passes the
+// bytes through, as a pooler between the replication connection and the
+// server would. It returns the proxy's host:port.
+func startupProxy(t *testing.T, target string, rewrite func(params map[string]string)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { proxyStartup(client, target, rewrite) })
+		}
+	})
+	return ln.Addr().String()
+}
+
+// proxyStartup serves one connection of startupProxy. Encryption is
+// refused, so that the startup message can be read.
+func proxyStartup(client net.Conn, target string, rewrite func(map[string]string)) {
+	defer client.Close()
+	be := pgproto3.NewBackend(client, client)
+	var sm *pgproto3.StartupMessage
+	for sm == nil {
+		msg, err := be.ReceiveStartupMessage()
+		if err != nil {
+			return
+		}
+		switch m := msg.(type) {
+		case *pgproto3.StartupMessage:
+			sm = m
+		case *pgproto3.SSLRequest, *pgproto3.GSSEncRequest:
+			if _, err := client.Write([]byte("N")); err != nil {
+				return
+			}
+		default:
+			return
+		}
+	}
+	rewrite(sm.Parameters)
+	server, err := net.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	buf, err := sm.Encode(nil)
+	if err != nil {
+		return
+	}
+	if _, err := server.Write(buf); err != nil {
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(server, client); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(client, server); done <- struct{}{} }()
+	<-done
+	client.Close()
+	server.Close()
+	<-done
+}
+
+// A pooler that does not pass replication through gives the reader a
+// connection that is no WAL sender of the database: one that drops the
+// replication parameter (a transaction pooler told to ignore it) hands it
+// an ordinary session, where IDENTIFY_SYSTEM is a syntax error; one that
+// turns it into physical replication hands it a WAL sender bound to no
+// database. Open stops at the check, before the slot is created.
+func TestOutboxLogStore_OpenNeedsAReplicationConnectionBoundToTheDatabase(t *testing.T) {
+	e := newLogEnv(t)
+	ctx := testContext(t)
+	cfg, err := pgconn.ParseConfig(e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	for name, c := range map[string]struct {
+		rewrite func(map[string]string)
+		says    []string
+	}{
+		"replication dropped": {func(p map[string]string) { delete(p, "replication") }, []string{"IDENTIFY_SYSTEM failed", "transaction pooler"}},
+		"physical":            {func(p map[string]string) { p["replication"] = "true" }, []string{"not bound to a database", "connect directly"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			u, err := url.Parse(e.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.Host = startupProxy(t, target, c.rewrite)
+			q := u.Query()
+			q.Set("sslmode", "disable")
+			u.RawQuery = q.Encode()
+			opts := e.store.Options()
+			opts.ConnString = u.String()
+			st, err := NewOutboxLogStore(e.Pool, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantMisconfigured(t, openErr(t, st, 1), c.says...)
+			if _, exists, err := st.SlotStatus(ctx); err != nil || exists {
+				t.Fatalf("after the refused Open the slot exists (%v, %v)", exists, err)
+			}
+		})
+	}
+	// Straight to the server, the same store's options open the log.
+	if err := openErr(t, e.store, 1); err != nil {
+		t.Fatalf("Open on a direct connection: %v", err)
+	}
+}
+
 // notes collects notices.
 type notes struct {
 	mu   sync.Mutex
@@ -165,12 +290,12 @@ func (n *notes) notify(_ context.Context, x outbox.Notice) error {
 	return nil
 }
 
-func (n *notes) stuck() []outbox.Notice {
+func (n *notes) of(kind outbox.NoticeKind) []outbox.Notice {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []outbox.Notice
 	for _, x := range n.list {
-		if x.Kind == outbox.NoticeStuck {
+		if x.Kind == kind {
 			out = append(out, x)
 		}
 	}
@@ -199,8 +324,8 @@ func TestOutboxLog_APublicationDroppedByHandStopsTheDriverSayingWhatToDo(t *test
 		t.Fatal(err)
 	}
 	commitEntry(t, ctx, e.Pool, "a")
-	eventually(t, 20*time.Second, "no stuck notice after the publication was dropped", func() bool { return len(n.stuck()) > 0 })
-	msg := n.stuck()[0].LastError
+	eventually(t, 20*time.Second, "no stuck notice after the publication was dropped", func() bool { return len(n.of(outbox.NoticeStuck)) > 0 })
+	msg := n.of(outbox.NoticeStuck)[0].LastError
 	for _, s := range []string{"publication", "dropped by hand", "baton outbox slot drop"} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("the notice does not say %q: %s", s, msg)
@@ -366,8 +491,8 @@ func TestOutboxLog_AnInvalidatedSlotStopsTheDriverUntilItIsDropped(t *testing.T)
 	}
 
 	runDriver(t, e.store, e.store, configure, lanesTo(seq, nil, "a")...)
-	eventually(t, 20*time.Second, "no stuck notice for the invalidated slot", func() bool { return len(n.stuck()) > 0 })
-	msg := n.stuck()[0].LastError
+	eventually(t, 20*time.Second, "no stuck notice for the invalidated slot", func() bool { return len(n.of(outbox.NoticeStuck)) > 0 })
+	msg := n.of(outbox.NoticeStuck)[0].LastError
 	for _, s := range []string{"invalidated", "max_slot_wal_keep_size", "baton outbox slot drop"} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("the notice does not say %q: %s", s, msg)

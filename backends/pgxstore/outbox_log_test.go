@@ -4,7 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -273,6 +277,138 @@ func TestOutboxLog_TheWalkDeliversAFirstTheLogDeliversBFirst(t *testing.T) {
 			}
 			if got := rec.ids(); !slices.Equal(got, want) {
 				t.Fatalf("delivered %v, want %v (A %s, B %s)", got, want, idA, idB)
+			}
+		})
+	}
+}
+
+// The outcomes, the notices, the dead letters and the admin API work the
+// same from either source: an entry retried until the stuck notice comes
+// is delivered once the destination recovers, a parked one becomes a dead
+// letter with its notice while the entry after it is delivered, and a
+// requeue through the admin API is a new entry, which the log delivers as
+// it delivers any insert. The four entries are one transaction, so that
+// the pass that stops at the retry settles inside it, and the entry before
+// the retry is not delivered again.
+func TestOutboxLog_RetriesParksAndRequeuesThroughTheAdminAPIFromEitherSource(t *testing.T) {
+	ctx := testContext(t)
+	for _, logical := range []bool{false, true} {
+		t.Run(fmt.Sprintf("logical=%v", logical), func(t *testing.T) {
+			e := newLogEnv(t)
+			n := &notes{}
+			firstID, retryID, parkID, nextID := outbox.NewID(), outbox.NewID(), outbox.NewID(), outbox.NewID()
+			rec := &delivered{lane: "a", answer: func(run []outbox.Entry) []outbox.Outcome {
+				out := make([]outbox.Outcome, len(run))
+				for i, en := range run {
+					switch {
+					case en.ID == retryID && len(n.of(outbox.NoticeStuck)) == 0:
+						for j := i; j < len(run); j++ {
+							out[j] = outbox.Retry("503 service unavailable")
+						}
+						return out
+					case en.ID == parkID:
+						out[i] = outbox.Park("409 conflict")
+					default:
+						out[i] = outbox.Delivered()
+					}
+				}
+				return out
+			}}
+			var log outbox.LogStore
+			if logical {
+				log = e.store
+			}
+			runDriver(t, e.store, log, func(c *outbox.Config) {
+				c.Notify = n.notify
+				c.StuckAfter = 300 * time.Millisecond
+			}, rec)
+			if logical {
+				awaitSource(t, e.store, outbox.SourceLogical)
+			}
+			payload := func(id outbox.ID) []byte { return []byte(`{"id":"` + id.String() + `"}`) }
+			if err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
+				for _, id := range []outbox.ID{firstID, retryID, parkID, nextID} {
+					if err := Enqueue(ctx, tx, id, "a", payload(id)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+
+			eventually(t, 30*time.Second, "the four entries were not delivered", func() bool { return len(rec.ids()) == 4 })
+			if got, want := rec.ids(), []outbox.ID{firstID, retryID, parkID, nextID}; !slices.Equal(got, want) {
+				t.Fatalf("delivered %v, want %v", got, want)
+			}
+			if stuck := n.of(outbox.NoticeStuck); len(stuck) != 1 || stuck[0].EntryID != retryID || stuck[0].LastError != "503 service unavailable" {
+				t.Fatalf("stuck notices %+v, want one for the retried entry %s", stuck, retryID)
+			}
+			eventually(t, 20*time.Second, "no dead-letter notice", func() bool { return len(n.of(outbox.NoticeDeadLetter)) > 0 })
+			if dl := n.of(outbox.NoticeDeadLetter); len(dl) != 1 || dl[0].EntryID != parkID || dl[0].Lane != "a" || dl[0].LastError != "409 conflict" || dl[0].Parked != 1 {
+				t.Fatalf("dead-letter notices %+v, want one for the parked entry %s", dl, parkID)
+			}
+
+			srv := httptest.NewServer(http.StripPrefix("/outbox", outbox.AdminHandler(e.store, nil)))
+			defer srv.Close()
+			try := func(method, path string, out any) int {
+				t.Helper()
+				req, err := http.NewRequestWithContext(ctx, method, srv.URL+"/outbox"+path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode == http.StatusOK {
+					if err := json.Unmarshal(body, out); err != nil {
+						t.Fatalf("%s %s: %v: %s", method, path, err, body)
+					}
+				}
+				return resp.StatusCode
+			}
+			call := func(method, path string, out any) {
+				t.Helper()
+				if code := try(method, path, out); code != http.StatusOK {
+					t.Fatalf("%s %s: status %d", method, path, code)
+				}
+			}
+			var dead struct {
+				Error      string     `json:"error"`
+				RequeuedAs *outbox.ID `json:"requeued_as"`
+			}
+			// The notice goes out just before the pass's settlement, which
+			// writes the dead letter.
+			eventually(t, 20*time.Second, "the parked entry is no dead letter", func() bool {
+				return try("GET", "/dead/"+parkID.String(), &dead) == http.StatusOK
+			})
+			if dead.Error != "409 conflict" || dead.RequeuedAs != nil {
+				t.Fatalf("the dead letter is %+v, want the park's reason, not requeued", dead)
+			}
+			var requeued struct {
+				RequeuedAs outbox.ID `json:"requeued_as"`
+			}
+			call("POST", "/dead/"+parkID.String()+"/requeue", &requeued)
+			if requeued.RequeuedAs.IsNil() {
+				t.Fatal("the requeue named no new entry")
+			}
+
+			eventually(t, 30*time.Second, "the requeued entry was not delivered", func() bool { return len(rec.ids()) == 5 })
+			rec.mu.Lock()
+			again := rec.entries[4]
+			rec.mu.Unlock()
+			if again.ID != requeued.RequeuedAs || again.Lane != "a" || !samePayloadJSON(again.Payload, string(payload(parkID))) {
+				t.Fatalf("delivered %s (lane %s, %s) after the requeue, want %s with the parked entry's payload", again.ID, again.Lane, again.Payload, requeued.RequeuedAs)
+			}
+			call("GET", "/dead/"+parkID.String(), &dead)
+			if dead.RequeuedAs == nil || *dead.RequeuedAs != requeued.RequeuedAs {
+				t.Fatalf("the dead letter shows requeued_as %v, want %s", dead.RequeuedAs, requeued.RequeuedAs)
+			}
+			if st, err := e.store.State(ctx); err != nil || (st[outbox.KeySource] == outbox.SourceLogical) != logical {
+				t.Fatalf("the stored source is %q (%v): the log served %v, want %v", st[outbox.KeySource], err, !logical, logical)
 			}
 		})
 	}

@@ -49,3 +49,38 @@ func TestInvariant_FirstDeliveriesOutOfOrderAreReported(t *testing.T) {
 		t.Fatalf("violations %q, want one naming %s", v, e1.ID)
 	}
 }
+
+func TestInvariant_ATermRepeatingMoreThanOnePassIsReported(t *testing.T) {
+	var es []event
+	deliver := func(child string, token uint64, at int64, ids []outbox.ID) {
+		for i, id := range ids {
+			es = append(es, event{Kind: kindDelivered, Child: child, ID: id.String(), Token: token, At: at + int64(i)})
+		}
+	}
+	pass := func(n int) []outbox.ID {
+		ids := make([]outbox.ID, n)
+		for i := range ids {
+			ids[i] = outbox.NewID()
+		}
+		return ids
+	}
+	// d0 (token 1) delivers two passes of 3, settles the first and dies;
+	// d1 (token 2) repeats the second, as a takeover may; d2 (token 3)
+	// repeats the second again and the first too, which was settled.
+	first, second := pass(3), pass(3)
+	deliver("d0", 1, 100, first)
+	deliver("d0", 1, 200, second)
+	deliver("d1", 2, 300, second)
+	deliver("d1", 2, 400, pass(2))
+	if v := checkRepeatsBoundedByOnePass(es, 3); len(v) != 0 {
+		t.Fatalf("a takeover repeating one pass was reported:\n%s", v)
+	}
+	deliver("d2", 3, 500, append(second, first[0]))
+	v := checkRepeatsBoundedByOnePass(es, 3)
+	if len(v) != 1 || !strings.Contains(v[0], "token 3 delivered 4 entries again") {
+		t.Fatalf("violations %q, want one for token 3's 4 repeats", v)
+	}
+	if got := repeatsPerTerm(es); got[1] != 0 || got[2] != 3 || got[3] != 4 {
+		t.Fatalf("repeats per term %v, want none for token 1, 3 for token 2, 4 for token 3", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -29,6 +30,9 @@ const (
 	outboxLockMargin = 300 * time.Millisecond
 	outboxLockName   = "faults-outbox"
 	kindGranted      = "granted" // Token: a driver child became leader
+	// outboxBatch is the drivers' BatchSize: the most entries one pass
+	// reads, across every lane, and so the most a takeover repeats.
+	outboxBatch = 100
 )
 
 var outboxLanes = []string{"a", "b", "c"}
@@ -179,7 +183,7 @@ func driverMain(args []string) int {
 	d, err := outbox.NewDriver(outbox.Config{
 		Store: store, Log: log, Locks: tracked, Processors: procs,
 		Notify:    func(context.Context, outbox.Notice) error { return nil },
-		BatchSize: 100, IdleDelay: 20 * time.Millisecond, ErrorDelay: 50 * time.Millisecond,
+		BatchSize: outboxBatch, IdleDelay: 20 * time.Millisecond, ErrorDelay: 50 * time.Millisecond,
 		LeaderLockName: outboxLockName, LeaderWait: 200 * time.Millisecond, RetentionDisabled: true,
 	})
 	if err != nil {
@@ -223,8 +227,9 @@ func (p *trackedLocks) trusted() bool {
 // then with Redis locks, whose server is also restarted once. Every
 // committed entry is delivered, no rolled-back one is, first deliveries
 // follow (xid, id) order, every grant of the leader lock carries a greater
-// token than the grants before it, and no delivery is made under a token
-// lower than one already granted.
+// token than the grants before it, no delivery is made under a token
+// lower than one already granted, and no term delivers again more than one
+// pass.
 func TestOutbox_LeadersKilledAndPaused(t *testing.T) {
 	scenario(t)
 	pgsrv := testenv.StartPostgresServer(t)
@@ -432,6 +437,16 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 	committed, deliveries, duplicates := outboxCounts(es)
 	t.Logf("figure outbox %-9s %d committed entries in %v, %d deliveries, %d duplicates",
 		label, committed, time.Since(started).Round(time.Millisecond), deliveries, duplicates)
+	terms, most := 0, 0
+	for _, e := range es {
+		if e.Kind == kindGranted {
+			terms++
+		}
+	}
+	for _, n := range repeatsPerTerm(es) {
+		most = max(most, n)
+	}
+	t.Logf("figure outbox %-9s %d leadership terms, at most %d entries delivered again in one (one pass: %d)", label, terms, most, outboxBatch)
 
 	var v violations
 	for _, id := range lost {
@@ -440,6 +455,7 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 	v = append(v, checkRolledBackNotDelivered(es)...)
 	v = append(v, checkGrantTokensIncrease(es)...)
 	v = append(v, checkNoDeliveryByDeposedLeader(es)...)
+	v = append(v, checkRepeatsBoundedByOnePass(es, outboxBatch)...)
 	if oracle != nil {
 		v = append(v, oracle.check(t, es)...)
 	} else {
@@ -480,6 +496,51 @@ func outboxCounts(es []event) (committed, deliveries, duplicates int) {
 		}
 	}
 	return committed, deliveries, duplicates
+}
+
+// repeatsPerTerm counts, for each leadership term (the token it delivered
+// under), its deliveries of entries delivered before (by the clock their
+// deliverers read, as firstDeliveries takes them).
+func repeatsPerTerm(es []event) map[uint64]int {
+	first := map[string]int64{}
+	for _, e := range es {
+		if e.Kind != kindDelivered {
+			continue
+		}
+		if at, ok := first[e.ID]; !ok || e.At < at {
+			first[e.ID] = e.At
+		}
+	}
+	repeats := map[uint64]int{}
+	counted := map[string]bool{} // the first delivery, counted as such once
+	for _, e := range es {
+		if e.Kind != kindDelivered {
+			continue
+		}
+		if e.At == first[e.ID] && !counted[e.ID] {
+			counted[e.ID] = true
+			continue
+		}
+		repeats[e.Token]++
+	}
+	return repeats
+}
+
+// checkRepeatsBoundedByOnePass: a term starts from the settled position
+// and delivers again only what earlier terms delivered past it without
+// settling. Each of them got no further than one pass past it, and the
+// entries after a settled position come in one order whoever reads them,
+// so together that is at most one pass, batch entries (docs/outbox.md,
+// "Failure table"): no term repeats more.
+func checkRepeatsBoundedByOnePass(es []event, batch int) violations {
+	repeats := repeatsPerTerm(es)
+	var v violations
+	for _, token := range slices.Sorted(maps.Keys(repeats)) {
+		if n := repeats[token]; n > batch {
+			v.add("the term of token %d delivered %d entries again, more than one pass of %d", token, n, batch)
+		}
+	}
+	return v
 }
 
 // checkRolledBackNotDelivered: an entry whose transaction rolled back never
