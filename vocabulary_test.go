@@ -7,7 +7,9 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -22,7 +24,9 @@ import (
 //   - an exported type with a Start method, or a Run that is not
 //     Run(ctx context.Context) error;
 //   - a withDefaults or validate method with a pointer receiver (validate
-//     must not fill anything in, and withDefaults returns a filled-in copy).
+//     must not fill anything in, and withDefaults returns a filled-in copy);
+//   - a message starting "baton/<name>:" whose name is not the package's
+//     own, so an error always names the package that returned it.
 
 // notConstructors are the New… functions that construct a value, not a
 // component, and cannot fail: each with the reason.
@@ -295,6 +299,44 @@ func runCheck(t *testing.T, what string, least int, check func(goPackage) ([]str
 	t.Logf("checked %d %s", total, what)
 }
 
+// messagePrefix matches a message that names its package: "baton/name:".
+var messagePrefix = regexp.MustCompile(`^baton/([A-Za-z0-9_]+):`)
+
+// prefixProblems lists the string literals of p that start with a
+// package's name, "baton/name:", naming another package than p: a
+// package's errors start "baton/" and its own name. (Messages built at run
+// time, as the PostgreSQL adapters' shared code builds them from the
+// adapter's name, are not literals, and are left to the adapters' tests.)
+func prefixProblems(p goPackage) (problems []string, checked int) {
+	for _, f := range p.files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				return true
+			}
+			m := messagePrefix.FindStringSubmatch(s)
+			if m == nil {
+				return true
+			}
+			checked++
+			if m[1] != p.name {
+				problems = append(problems, fmt.Sprintf("%s: %q starts with baton/%s: in package %s (%s); start it with baton/%s:",
+					p.pos(lit), s, m[1], p.name, p.dir, p.name))
+			}
+			return true
+		})
+	}
+	return problems, checked
+}
+
+func TestVocabulary_MessagesNameTheirOwnPackage(t *testing.T) {
+	runCheck(t, "messages naming their package", 100, prefixProblems)
+}
+
 func TestVocabulary_ConstructorsAreNewXReturningTAndError(t *testing.T) {
 	runCheck(t, "exported constructors", 25, constructorProblems)
 }
@@ -328,6 +370,9 @@ func (c *Config) validate() error { return nil }
 func (c Config) withDefaults() Options { return Options{} }
 func (o Options) withDefaults() Options { return o }
 func (o Options) validate() error { return nil }
+
+var errWrong = errors.New("baton/other: a message of another package")
+var errRight = fmt.Errorf("baton/thing: a message of this one")
 `
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "thing.go", src, 0)
@@ -343,12 +388,14 @@ func (o Options) validate() error { return nil }
 		"constructors outside": {"NewManager does not return (T, error)", "NewManager takes Config", "NewPair does not return"},
 		"lifecycle":            {"Manager has Start", "Manager.Run is not Run(ctx"},
 		"defaults":             {"Config.validate has a pointer receiver", "Config.withDefaults does not return a Config"},
+		"prefixes":             {"starts with baton/other: in package thing"},
 	}
 	cc, _ := constructorProblems(core)
 	ca, _ := constructorProblems(adapter)
 	lc, _ := lifecycleProblems(core)
 	dc, _ := defaultsProblems(core)
-	got := map[string][]string{"constructors in core": cc, "constructors outside": ca, "lifecycle": lc, "defaults": dc}
+	pc, _ := prefixProblems(core)
+	got := map[string][]string{"constructors in core": cc, "constructors outside": ca, "lifecycle": lc, "defaults": dc, "prefixes": pc}
 	for check, wants := range want {
 		joined := strings.Join(got[check], "\n")
 		for _, w := range wants {

@@ -19,32 +19,70 @@ func wakeOutbox(t *testing.T, ctx context.Context, pool *pgxpool.Pool) waketest.
 	t.Helper()
 	mustMigrate(t, ctx, pool, MigrateOptions{})
 	st := mustOutboxStore(t, pool, OutboxStoreOptions{})
+	quiet := mustOutboxStore(t, pool, OutboxStoreOptions{SignalDisabled: true})
+	enqueue := map[waketest.Producer]enqueueFunc{
+		waketest.PackageEnqueue: Enqueue, waketest.StoreEnqueue: st.Enqueue, waketest.QuietEnqueue: quiet.Enqueue,
+	}
 	return waketest.Outbox{
 		Store: st, Admin: pool, Table: `"` + OutboxTable + `"`,
-		Enqueue: func(ctx context.Context) (outbox.ID, error) {
-			id := outbox.NewID()
-			return id, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return Enqueue(ctx, tx, id, waketest.Lane, []byte(`{"wake": true}`))
+		Commit: func(ctx context.Context, p waketest.Producer, n int) ([]outbox.ID, error) {
+			ids := make([]outbox.ID, n)
+			return ids, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				for i := range ids {
+					ids[i] = outbox.NewID()
+					if err := enqueue[p](ctx, tx, ids[i], waketest.Lane, []byte(`{"wake": true}`)); err != nil {
+						return err
+					}
+				}
+				return nil
 			})
 		},
 	}
 }
 
-func wakeWork(t *testing.T, ctx context.Context, pool *pgxpool.Pool) waketest.Work[conformance.WorkRow] {
+// wakeWork is the scenarios' work table table (created like the suite's
+// work_rows, which is created first) in pool's search_path.
+func wakeWork(t *testing.T, ctx context.Context, pool *pgxpool.Pool, table string) waketest.Work[conformance.WorkRow] {
 	t.Helper()
-	createSuiteTable(t, ctx, pool)
-	st := suiteStore(t, pool)
+	if table == "work_rows" {
+		createSuiteTable(t, ctx, pool)
+	} else if _, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{table}.Sanitize()+" (LIKE work_rows INCLUDING ALL)"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := NewWorkRows[int64](pool, WorkRowsOptions[conformance.WorkRow]{
+		Table: table, Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder,
+	})
+	if err != nil {
+		t.Fatalf("NewWorkRows: %v", err)
+	}
+	quoted := pgx.Identifier{table}.Sanitize()
 	return waketest.Work[conformance.WorkRow]{
-		Store: st, Admin: pool, Table: `"work_rows"`,
-		Insert: func(ctx context.Context, id int64) error {
+		Store: st, Admin: pool, Table: quoted,
+		Insert: func(ctx context.Context, id int64, signal bool) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, `INSERT INTO work_rows (id, seq) VALUES ($1, $1)`, id); err != nil {
+				if _, err := tx.Exec(ctx, `INSERT INTO `+quoted+` (id, seq) VALUES ($1, $1)`, id); err != nil {
 					return err
+				}
+				if !signal {
+					return nil
 				}
 				return st.Signal(ctx, tx)
 			})
 		},
 	}
+}
+
+// throwawayPool is a pool on a server of the test's own, without
+// autovacuum, so no other transaction moves its horizon.
+func throwawayPool(t *testing.T, ctx context.Context) *pgxpool.Pool {
+	t.Helper()
+	srv := testenv.StartPostgresServer(t, "autovacuum=off")
+	pool, err := pgxpool.New(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 func TestWake_TheLeaderIsWokenByACommitNotByAPoll(t *testing.T) {
@@ -58,24 +96,50 @@ func TestWake_AKilledListenConnectionFallsBackToPollingAndListensAgain(t *testin
 }
 
 func TestWake_ASignalledEntryIsDeliveredSoonAfterAPinnedHorizonPasses(t *testing.T) {
-	srv := testenv.StartPostgresServer(t)
 	ctx := testContext(t)
-	pool, err := pgxpool.New(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	waketest.PinnedHorizon(t, wakeOutbox(t, ctx, pool))
+	waketest.PinnedHorizon(t, wakeOutbox(t, ctx, throwawayPool(t, ctx)))
+}
+
+func TestWake_ABurstOfCommitsDuringAPassIsOneFurtherPass(t *testing.T) {
+	ctx := testContext(t)
+	waketest.BurstIsOneFurtherPass(t, wakeOutbox(t, ctx, throwawayPool(t, ctx)))
+}
+
+func TestWake_APollOnlyDriverNeverListensAndDeliversByPolling(t *testing.T) {
+	env := testenv.Postgres(t)
+	waketest.DriverPollOnly(t, wakeOutbox(t, testContext(t), env.Pool))
+}
+
+func TestWake_AStoreWithSignalDisabledNeverSignals(t *testing.T) {
+	env := testenv.Postgres(t)
+	waketest.SignalDisabledNeverSignals(t, wakeOutbox(t, testContext(t), env.Pool))
+}
+
+func TestWake_TheSignalsOfOneTransactionFoldIntoOne(t *testing.T) {
+	env := testenv.Postgres(t)
+	waketest.SignalsOfOneTransactionFold(t, wakeOutbox(t, testContext(t), env.Pool))
 }
 
 func TestWake_AWorkerIsWokenByASignalledInsert(t *testing.T) {
 	env := testenv.Postgres(t)
-	waketest.WorkerWakes(t, wakeWork(t, testContext(t), env.Pool))
+	waketest.WorkerWakes(t, wakeWork(t, testContext(t), env.Pool, "work_rows"))
 }
 
 func TestWake_AKilledWorkerListenConnectionFallsBackToPollingAndListensAgain(t *testing.T) {
 	env := testenv.Postgres(t)
-	waketest.WorkerFallback(t, wakeWork(t, testContext(t), env.Pool))
+	waketest.WorkerFallback(t, wakeWork(t, testContext(t), env.Pool, "work_rows"))
+}
+
+func TestWake_APollOnlyWorkerNeverListensAndClaimsByPolling(t *testing.T) {
+	env := testenv.Postgres(t)
+	waketest.WorkerPollOnly(t, wakeWork(t, testContext(t), env.Pool, "work_rows"))
+}
+
+func TestWake_AnotherTablesSignalInTheSameSchemaDoesNotWakeAWorker(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	own := wakeWork(t, ctx, env.Pool, "work_rows")
+	waketest.WorkerOwnTable(t, own, wakeWork(t, ctx, env.Pool, "other_rows"))
 }
 
 // Every error of the adapter starts with its package's name, the errors of

@@ -2,13 +2,18 @@
 // run against a real server: a driver and a worker woken by a signalled
 // commit with an IdleDelay so long that only a wake-up can deliver, the
 // fallback to polling when the listening connection is killed and the
-// return of wake-ups once it listens again, and delivery after a pinned
-// horizon. The adapters' tests give the scenarios their stores.
+// return of wake-ups once it listens again, delivery after a pinned
+// horizon, poll-only mode, producers that must not signal, the folding of
+// one transaction's signals, one further pass for a burst of commits, and
+// the work-row channel of each table. The adapters' tests give the
+// scenarios their stores.
 package waketest
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +30,38 @@ import (
 // reaches it.
 const Bound = 30 * time.Second
 
+// Quiet is how long a scenario watches for a wake-up that must not come. A
+// correct store never sends one, so no timing can fail it; a broken one
+// wakes the worker within milliseconds.
+const Quiet = 300 * time.Millisecond
+
+// Producer is the Enqueue a producer transaction calls.
+type Producer int
+
+const (
+	// PackageEnqueue is the adapter's package-level Enqueue, which always
+	// signals.
+	PackageEnqueue Producer = iota
+	// StoreEnqueue is the Enqueue method of an OutboxStore built with the
+	// default options.
+	StoreEnqueue
+	// QuietEnqueue is the Enqueue method of an OutboxStore built with
+	// OutboxStoreOptions.SignalDisabled.
+	QuietEnqueue
+)
+
+func (p Producer) String() string {
+	switch p {
+	case PackageEnqueue:
+		return "the package-level Enqueue"
+	case StoreEnqueue:
+		return "a store's Enqueue"
+	case QuietEnqueue:
+		return "the Enqueue of a store with SignalDisabled"
+	}
+	return "Producer(" + strconv.Itoa(int(p)) + ")"
+}
+
 // Outbox is an adapter's outbox, as the scenarios use it.
 type Outbox struct {
 	// Store is the adapter's store; it must be an outbox.Waker.
@@ -35,9 +72,22 @@ type Outbox struct {
 	// Table is the outbox table, quoted and qualified as the store's
 	// statements name it.
 	Table string
-	// Enqueue commits one producer transaction with one entry, through
-	// the adapter's Enqueue, and returns the entry's id.
-	Enqueue func(ctx context.Context) (outbox.ID, error)
+	// Commit commits one producer transaction that enqueues n entries on
+	// Lane, each by its own call of p, and returns their ids.
+	Commit func(ctx context.Context, p Producer, n int) ([]outbox.ID, error)
+}
+
+// enqueue commits one producer transaction with one entry, through the
+// package-level Enqueue, and returns the entry's id.
+func (o Outbox) enqueue(ctx context.Context) (outbox.ID, error) {
+	ids, err := o.Commit(ctx, PackageEnqueue, 1)
+	if err != nil {
+		return outbox.ID{}, err
+	}
+	if len(ids) != 1 {
+		return outbox.ID{}, fmt.Errorf("waketest: Commit returned %d ids for one entry", len(ids))
+	}
+	return ids[0], nil
 }
 
 // Work is an adapter's work table, as the scenarios use it: columns id
@@ -46,9 +96,9 @@ type Work[R any] struct {
 	Store workrow.Store[int64, R]
 	Admin *pgxpool.Pool
 	Table string // quoted and qualified
-	// Insert commits one producer transaction that inserts row id and
-	// signals the table with the adapter's helper.
-	Insert func(ctx context.Context, id int64) error
+	// Insert commits one producer transaction that inserts row id and,
+	// when signal is set, signals the table with the adapter's helper.
+	Insert func(ctx context.Context, id int64, signal bool) error
 }
 
 // Gate returns the pid of the session holding table's idle gate
@@ -89,11 +139,12 @@ func terminate(t *testing.T, ctx context.Context, admin *pgxpool.Pool, pid int32
 	}
 }
 
-// gateFree fails unless nobody holds table's gate: nobody listens.
-func gateFree(t *testing.T, ctx context.Context, admin *pgxpool.Pool, table string) {
+// gateFree fails unless nobody holds table's gate, that is, nobody
+// listens; while says what the scenario is doing, for the message.
+func gateFree(t *testing.T, ctx context.Context, admin *pgxpool.Pool, table, while string) {
 	t.Helper()
 	if pid, err := Gate(ctx, admin, table); err != nil || pid != 0 {
-		t.Fatalf("the gate is held by %d (%v) while listening is blocked", pid, err)
+		t.Fatalf("the gate of %s is held by session %d (%v) while %s", table, pid, err, while)
 	}
 }
 
@@ -103,6 +154,7 @@ type watched struct {
 	mu      sync.Mutex
 	blocked bool
 	woken   []uint64
+	listens int // calls of Listen
 }
 
 var errBlocked = errors.New("waketest: listening is blocked")
@@ -110,6 +162,7 @@ var errBlocked = errors.New("waketest: listening is blocked")
 func (w *watched) Listen(ctx context.Context) (outbox.Listener, error) {
 	w.mu.Lock()
 	blocked := w.blocked
+	w.listens++
 	w.mu.Unlock()
 	if blocked {
 		return nil, errBlocked
@@ -119,6 +172,13 @@ func (w *watched) Listen(ctx context.Context) (outbox.Listener, error) {
 		return nil, err
 	}
 	return &watchedListener{Listener: l, w: w}, nil
+}
+
+// listened is how many times the driver called Listen.
+func (w *watched) listened() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.listens
 }
 
 func (w *watched) block(b bool) {
@@ -160,13 +220,18 @@ type watchedStore struct {
 
 // delivered is a processor's record of the entries it was given.
 type delivered struct {
+	// hold, when set, is called with every run before it is recorded.
+	hold func(ctx context.Context, run []outbox.Entry)
 	mu   sync.Mutex
 	seen map[outbox.ID]outbox.Entry
 	at   map[outbox.ID]time.Time
 }
 
 func (d *delivered) processor(lane string) outbox.Processor {
-	return outbox.ProcessorFunc{LaneName: lane, Func: func(_ context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
+	return outbox.ProcessorFunc{LaneName: lane, Func: func(ctx context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
+		if d.hold != nil {
+			d.hold(ctx, run)
+		}
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		out := make([]outbox.Outcome, len(run))
@@ -200,18 +265,23 @@ func (d *delivered) await(t *testing.T, id outbox.ID, what string) (outbox.Entry
 // Lane is the lane the scenarios enqueue on.
 const Lane = "wake"
 
-// runDriver runs a driver over store until the test ends.
-func runDriver(t *testing.T, store outbox.Store, idle time.Duration, d *delivered) {
+// runDriver runs a driver over store until the test ends; with, when
+// given, changes its config first.
+func runDriver(t *testing.T, store outbox.Store, idle time.Duration, d *delivered, with ...func(*outbox.Config)) {
 	t.Helper()
 	locks, err := memory.NewProvider(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv, err := outbox.NewDriver(outbox.Config{
+	cfg := outbox.Config{
 		Store: store, Locks: locks, Processors: []outbox.Processor{d.processor(Lane)},
 		Notify:    func(context.Context, outbox.Notice) error { return nil },
 		IdleDelay: idle, ErrorDelay: time.Second, RetentionDisabled: true,
-	})
+	}
+	for _, f := range with {
+		f(&cfg)
+	}
+	drv, err := outbox.NewDriver(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +310,7 @@ func DriverWakes(t *testing.T, o Outbox) {
 	AwaitGate(t, ctx, o.Admin, o.Table, 0)
 	for range 3 {
 		committed := time.Now()
-		id, err := o.Enqueue(ctx)
+		id, err := o.enqueue(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,17 +339,17 @@ func DriverFallback(t *testing.T, o Outbox) {
 	w.block(true)
 	terminate(t, ctx, o.Admin, first)
 	for range 3 {
-		id, err := o.Enqueue(ctx)
+		id, err := o.enqueue(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.await(t, id, "polling with the listening connection killed")
-		gateFree(t, ctx, o.Admin, o.Table)
+		gateFree(t, ctx, o.Admin, o.Table, "listening is blocked")
 	}
 
 	w.block(false)
 	AwaitGate(t, ctx, o.Admin, o.Table, first)
-	id, err := o.Enqueue(ctx)
+	id, err := o.enqueue(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +380,7 @@ func PinnedHorizon(t *testing.T, o Outbox) {
 	if _, err := holder.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
 		t.Fatal(err)
 	}
-	id, err := o.Enqueue(ctx)
+	id, err := o.enqueue(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,10 +398,10 @@ func PinnedHorizon(t *testing.T, o Outbox) {
 
 // runWorker runs a Worker over store until the test ends, recording the
 // rows whose handler started.
-func runWorker[R any](t *testing.T, store workrow.Store[int64, R], idle time.Duration) *started {
+func runWorker[R any](t *testing.T, store workrow.Store[int64, R], idle time.Duration, with ...func(*workrow.Config[int64, R])) *started {
 	t.Helper()
 	s := &started{at: map[int64]time.Time{}}
-	wk, err := workrow.NewWorker(workrow.Config[int64, R]{
+	cfg := workrow.Config[int64, R]{
 		Store:    store,
 		Eligible: workrow.IsNull("completed_at"),
 		Attempt:  func(R) int { return 1 },
@@ -345,7 +415,11 @@ func runWorker[R any](t *testing.T, store workrow.Store[int64, R], idle time.Dur
 			return workrow.Complete()
 		},
 		IdleDelay: idle, ErrorDelay: time.Second, FlushInterval: time.Millisecond,
-	})
+	}
+	for _, f := range with {
+		f(&cfg)
+	}
+	wk, err := workrow.NewWorker(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,6 +433,14 @@ func runWorker[R any](t *testing.T, store workrow.Store[int64, R], idle time.Dur
 type started struct {
 	mu sync.Mutex
 	at map[int64]time.Time
+}
+
+// handled reports whether row id's handler has started.
+func (s *started) handled(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.at[id]
+	return ok
 }
 
 func (s *started) await(t *testing.T, id int64, what string) time.Time {
@@ -383,7 +465,7 @@ func WorkerWakes[R any](t *testing.T, w Work[R]) {
 	AwaitGate(t, ctx, w.Admin, w.Table, 0)
 	for id := int64(1); id <= 3; id++ {
 		committed := time.Now()
-		if err := w.Insert(ctx, id); err != nil {
+		if err := w.Insert(ctx, id, true); err != nil {
 			t.Fatal(err)
 		}
 		at := s.await(t, id, "woken")
@@ -400,11 +482,14 @@ type watchedRows[R any] struct {
 	mu      sync.Mutex
 	blocked bool
 	woken   int
+	listens int // calls of Listen
+	waiting int // calls of Wait in progress
 }
 
 func (w *watchedRows[R]) Listen(ctx context.Context) (workrow.Listener, error) {
 	w.mu.Lock()
 	blocked := w.blocked
+	w.listens++
 	w.mu.Unlock()
 	if blocked {
 		return nil, errBlocked
@@ -423,18 +508,45 @@ func (w *watchedRows[R]) set(blocked bool) (woken int) {
 	return w.woken
 }
 
+// counts returns how many times Listen was called and how many times
+// Wait returned a signal.
+func (w *watchedRows[R]) counts() (listens, woken int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.listens, w.woken
+}
+
+// awaitWaiting waits until the worker waits for a signal: it has made the
+// claim that follows its Idle, and claims again only when woken.
+func (w *watchedRows[R]) awaitWaiting(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(Bound); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		w.mu.Lock()
+		waiting := w.waiting
+		w.mu.Unlock()
+		if waiting > 0 {
+			return
+		}
+	}
+	t.Fatalf("the worker did not wait for a signal within %v", Bound)
+}
+
 type watchedRowListener[R any] struct {
 	workrow.Listener
 	w *watchedRows[R]
 }
 
 func (l watchedRowListener[R]) Wait(ctx context.Context) error {
+	l.w.mu.Lock()
+	l.w.waiting++
+	l.w.mu.Unlock()
 	err := l.Listener.Wait(ctx)
+	l.w.mu.Lock()
+	l.w.waiting--
 	if err == nil {
-		l.w.mu.Lock()
 		l.w.woken++
-		l.w.mu.Unlock()
 	}
+	l.w.mu.Unlock()
 	return err
 }
 
@@ -455,16 +567,16 @@ func WorkerFallback[R any](t *testing.T, w Work[R]) {
 	ws.set(true)
 	terminate(t, ctx, w.Admin, first)
 	for id := int64(1); id <= 3; id++ {
-		if err := w.Insert(ctx, id); err != nil {
+		if err := w.Insert(ctx, id, true); err != nil {
 			t.Fatal(err)
 		}
 		s.await(t, id, "polling with the listening connection killed")
-		gateFree(t, ctx, w.Admin, w.Table)
+		gateFree(t, ctx, w.Admin, w.Table, "listening is blocked")
 	}
 	ws.set(false)
 	AwaitGate(t, ctx, w.Admin, w.Table, first)
 	before := ws.set(false)
-	if err := w.Insert(ctx, 4); err != nil {
+	if err := w.Insert(ctx, 4, true); err != nil {
 		t.Fatal(err)
 	}
 	s.await(t, 4, "listening again")
