@@ -7,7 +7,9 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -277,6 +279,39 @@ func defaultsProblems(p goPackage) (problems []string, checked int) {
 	return problems, checked
 }
 
+// messagePrefix is how baton's messages begin: "baton/<package>:".
+var messagePrefix = regexp.MustCompile(`^baton/([a-z0-9]+):`)
+
+// messageProblems lists the string literals of p that begin a message
+// with another package's name ("baton/postgres: ..." in package
+// pgxstore): an error names the package that returns it, so a rename
+// leaves none behind.
+func messageProblems(p goPackage) (problems []string, checked int) {
+	for _, f := range p.files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			v, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				return true
+			}
+			m := messagePrefix.FindStringSubmatch(v)
+			if m == nil {
+				return true
+			}
+			checked++
+			if m[1] != p.name {
+				problems = append(problems, fmt.Sprintf("%s: message %q names baton/%s; package %s's messages begin baton/%s:",
+					p.pos(lit), v, m[1], p.name, p.name))
+			}
+			return true
+		})
+	}
+	return problems, checked
+}
+
 // runCheck runs check over every package, reports its problems, and fails
 // when it checked fewer than least things (the walk missed some).
 func runCheck(t *testing.T, what string, least int, check func(goPackage) ([]string, int)) {
@@ -307,6 +342,10 @@ func TestVocabulary_WithDefaultsReturnsACopyAndValidateOnlyValidates(t *testing.
 	runCheck(t, "withDefaults and validate methods", 20, defaultsProblems)
 }
 
+func TestVocabulary_MessagesNameTheirOwnPackage(t *testing.T) {
+	runCheck(t, "messages beginning baton/<package>:", 100, messageProblems)
+}
+
 // TestVocabulary_TheChecksCatchWhatTheyAreFor runs the checks over a
 // package that breaks every rule once.
 func TestVocabulary_TheChecksCatchWhatTheyAreFor(t *testing.T) {
@@ -328,6 +367,8 @@ func (c *Config) validate() error { return nil }
 func (c Config) withDefaults() Options { return Options{} }
 func (o Options) withDefaults() Options { return o }
 func (o Options) validate() error { return nil }
+
+var errOwn, errOther = "baton/thing: fine", "baton/other: left behind by a rename"
 `
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "thing.go", src, 0)
@@ -343,12 +384,14 @@ func (o Options) validate() error { return nil }
 		"constructors outside": {"NewManager does not return (T, error)", "NewManager takes Config", "NewPair does not return"},
 		"lifecycle":            {"Manager has Start", "Manager.Run is not Run(ctx"},
 		"defaults":             {"Config.validate has a pointer receiver", "Config.withDefaults does not return a Config"},
+		"messages":             {`names baton/other; package thing's messages begin baton/thing:`},
 	}
 	cc, _ := constructorProblems(core)
 	ca, _ := constructorProblems(adapter)
 	lc, _ := lifecycleProblems(core)
 	dc, _ := defaultsProblems(core)
-	got := map[string][]string{"constructors in core": cc, "constructors outside": ca, "lifecycle": lc, "defaults": dc}
+	mc, _ := messageProblems(core)
+	got := map[string][]string{"constructors in core": cc, "constructors outside": ca, "lifecycle": lc, "defaults": dc, "messages": mc}
 	for check, wants := range want {
 		joined := strings.Join(got[check], "\n")
 		for _, w := range wants {

@@ -22,7 +22,7 @@ var (
 // ErrListenUnsupported is returned by Listen when the store's handle
 // cannot LISTEN: it is not a *bun.DB, or its driver's connection is not
 // pgx's. A driver or worker over such a store polls.
-var ErrListenUnsupported = errors.New("baton/bunorm: this database handle cannot listen for wake-ups")
+var ErrListenUnsupported = errors.New("baton/bunstore: this database handle cannot listen for wake-ups")
 
 // Listen implements outbox.Waker: the leading driver listens, for the
 // signals of Enqueue, on one connection of the *bun.DB's pool, discarded
@@ -68,7 +68,7 @@ func (s *WorkRows[K, R]) Signal(ctx context.Context, db bun.IDB) error {
 // search_path), for producers that have no WorkRows of their own.
 func SignalWorkRows(ctx context.Context, db bun.IDB, schema, table string) error {
 	if p := pgsql.IdentifierProblem(table); p != "" {
-		return fmt.Errorf("baton/bunorm: SignalWorkRows: table %q: %s", table, p)
+		return fmt.Errorf("baton/bunstore: SignalWorkRows: table %q: %s", table, p)
 	}
 	if schema != "" {
 		if err := pgsql.ValidateSchemaName("SignalWorkRows schema", schema); err != nil {
@@ -92,7 +92,7 @@ func dedicated(ctx context.Context, db bun.IDB) (*pgx.Conn, func(), error) {
 	}
 	conn, err := bdb.DB.Conn(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("baton/bunorm: listen: get a connection: %w", err)
+		return nil, nil, fmt.Errorf("baton/bunstore: listen: get a connection: %w", err)
 	}
 	got := make(chan *pgx.Conn, 1)
 	stop := make(chan struct{})

@@ -56,7 +56,7 @@ var (
 // checks the server, creates the publication and the slot when missing.
 func NewOutboxLogStore(pool *pgxpool.Pool, opts OutboxLogOptions) (*OutboxLogStore, error) {
 	if pool == nil {
-		return nil, errors.New("baton/postgres: NewOutboxLogStore: the pool is nil")
+		return nil, errors.New("baton/pgxstore: NewOutboxLogStore: the pool is nil")
 	}
 	if opts.ConnString == "" {
 		opts.ConnString = pool.Config().ConnString()

@@ -27,7 +27,7 @@ var (
 func (s *OutboxStore) Listen(ctx context.Context) (outbox.Listener, error) {
 	conn, release, err := dedicated(ctx, s.pool)
 	if err != nil {
-		return nil, fmt.Errorf("baton/postgres: outbox listen: get a connection: %w", err)
+		return nil, fmt.Errorf("baton/pgxstore: outbox listen: get a connection: %w", err)
 	}
 	return s.ListenOutbox(ctx, conn, release)
 }
@@ -39,7 +39,7 @@ func (s *OutboxStore) Listen(ctx context.Context) (outbox.Listener, error) {
 func (s *WorkRows[K, R]) Listen(ctx context.Context) (workrow.Listener, error) {
 	conn, release, err := dedicated(ctx, s.pool)
 	if err != nil {
-		return nil, fmt.Errorf("baton/postgres: work rows listen: get a connection: %w", err)
+		return nil, fmt.Errorf("baton/pgxstore: work rows listen: get a connection: %w", err)
 	}
 	return s.ListenWork(ctx, conn, release)
 }
@@ -62,7 +62,7 @@ func (s *WorkRows[K, R]) Signal(ctx context.Context, tx pgx.Tx) error {
 // tx's search_path), for producers that have no WorkRows of their own.
 func SignalWorkRows(ctx context.Context, tx pgx.Tx, schema, table string) error {
 	if p := pgsql.IdentifierProblem(table); p != "" {
-		return fmt.Errorf("baton/postgres: SignalWorkRows: table %q: %s", table, p)
+		return fmt.Errorf("baton/pgxstore: SignalWorkRows: table %q: %s", table, p)
 	}
 	if schema != "" {
 		if err := pgsql.ValidateSchemaName("SignalWorkRows schema", schema); err != nil {
