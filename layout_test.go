@@ -1,9 +1,11 @@
 package baton_test
 
 import (
+	"bytes"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -79,4 +81,44 @@ func hasPrefix(p string, prefixes []string) bool {
 		}
 	}
 	return false
+}
+
+// TestCmdBaton_MainHoldsTheCommandLineOnly keeps cmd/baton's package main
+// to the command tree and its flags: what the commands do is
+// cmd/baton/internal/ops (and the demo internal/demo), so main speaks to no
+// driver and stays short enough to read as the CLI's table of contents.
+func TestCmdBaton_MainHoldsTheCommandLineOnly(t *testing.T) {
+	const maxLines = 1500
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("cmd/baton/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += bytes.Count(src, []byte("\n"))
+		f, err := parser.ParseFile(fset, path, src, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if hasPrefix(p, drivers) {
+				t.Errorf("%s imports the driver %s; the commands' work belongs in cmd/baton/internal/ops", path, p)
+			}
+		}
+	}
+	if lines == 0 {
+		t.Fatal("no Go files found in cmd/baton")
+	}
+	if lines >= maxLines {
+		t.Errorf("cmd/baton's package main has %d lines, want fewer than %d: move what the commands do to cmd/baton/internal/ops", lines, maxLines)
+	}
 }

@@ -281,6 +281,7 @@ func defaultsProblems(p goPackage) (problems []string, checked int) {
 	return problems, checked
 }
 
+// messagePrefix is how baton's messages begin: "baton/<package>:".
 // runCheck runs check over every package, reports its problems, and fails
 // when it checked fewer than least things (the walk missed some).
 func runCheck(t *testing.T, what string, least int, check func(goPackage) ([]string, int)) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/baton-go/baton/cmd/baton/internal/ops"
 	"github.com/baton-go/baton/internal/cli"
 	"github.com/baton-go/baton/internal/testenv"
 )
@@ -29,7 +30,7 @@ func schemaGone(t *testing.T, pool *pgxpool.Pool, stdout string) {
 	if !strings.Contains(stdout, `schema "`+m[1]+`" dropped`) {
 		t.Errorf("the output does not say the schema was dropped:\n%s", stdout)
 	}
-	if exists, err := schemaExists(testContext(t), pool, m[1]); err != nil || exists {
+	if exists, err := ops.SchemaExists(testContext(t), pool, m[1]); err != nil || exists {
 		t.Errorf("schema %s still exists (%v)", m[1], err)
 	}
 }
@@ -172,7 +173,7 @@ func TestBench_KeepLeavesTheSchemaAndSaysHowToDropIt(t *testing.T) {
 	if !strings.Contains(r.stdout, `schema "`+m[1]+`" kept (--keep); drop it with: DROP SCHEMA "`+m[1]+`" CASCADE`) {
 		t.Errorf("the output does not say the schema is kept and how to drop it:\n%s", r.stdout)
 	}
-	if exists, err := schemaExists(testContext(t), env.Pool, m[1]); err != nil || !exists {
+	if exists, err := ops.SchemaExists(testContext(t), env.Pool, m[1]); err != nil || !exists {
 		t.Errorf("--keep: schema %s is gone (%v)", m[1], err)
 	}
 }

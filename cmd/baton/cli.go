@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/baton-go/baton/cmd/baton/internal/ops"
 	"github.com/baton-go/baton/internal/cli"
 )
 
@@ -17,11 +18,6 @@ const (
 	exitUsage       = cli.ExitUsage
 	exitInterrupted = cli.ExitInterrupted
 )
-
-// errChecksFailed is returned when a command ran to the end and found
-// something wrong (a demo check, a schema mismatch); its report is printed
-// already, so nothing more is said.
-var errChecksFailed = cli.ErrChecksFailed
 
 // run is the whole command line, testable: it parses args, runs the command
 // with ctx and returns the exit status (see cli.Execute, which also keeps
@@ -59,6 +55,20 @@ Exit status: 0 success, 1 failure, 2 bad input, 130 interrupted.`,
 		newBenchCommand(),
 	)
 	return root
+}
+
+// registerDB adds the flags every operator command shares: --postgres,
+// --schema and --json.
+func registerDB(cmd *cobra.Command, t *ops.Target) {
+	registerURL(cmd, &t.URL)
+	cmd.Flags().StringVar(&t.Schema, "schema", "", "schema holding baton's tables (default: the connection's current schema)")
+	cmd.Flags().BoolVar(&t.JSON, "json", false, "print JSON instead of a table")
+}
+
+// registerURL adds --postgres, the database every command but the demo
+// reads BATON_DATABASE_URL for.
+func registerURL(cmd *cobra.Command, url *string) {
+	cmd.Flags().StringVar(url, "postgres", "", "PostgreSQL URL, e.g. postgres://app@db:5432/app (default: $"+cli.EnvDatabaseURL+")")
 }
 
 // exactArgs is cobra.ExactArgs with a usage error naming what is expected.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/baton-go/baton/cmd/baton/internal/ops"
 	"github.com/baton-go/baton/graph"
 	"github.com/baton-go/baton/internal/cli"
 	"github.com/baton-go/baton/internal/demo"
@@ -132,7 +133,7 @@ func TestDemo_PostgresKeep(t *testing.T) {
 		}
 	}
 	dl := runCLI(t, "outbox", "dead", "list", "--postgres", url, "--schema", res.Schema, "--json").wantCode(t, exitOK)
-	var dead []deadJSON
+	var dead []ops.DeadJSON
 	if err := json.Unmarshal([]byte(dl.stdout), &dead); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/ops"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/graph"
@@ -131,7 +132,7 @@ func TestMigrateAndVerify(t *testing.T) {
 	if !strings.Contains(r.stdout, "is up to date") {
 		t.Errorf("second migrate:\n%s", r.stdout)
 	}
-	var mig migrateReport
+	var mig ops.MigrateReport
 	r = runCLI(t, "migrate", "--postgres", env.URL, "--json").wantCode(t, exitOK)
 	if err := json.Unmarshal([]byte(r.stdout), &mig); err != nil || mig.Schema != env.Schema || mig.Version < 4 || len(mig.Applied) != 0 {
 		t.Errorf("migrate --json: %v %+v", err, mig)
@@ -149,7 +150,7 @@ func TestMigrateAndVerify(t *testing.T) {
 	if !strings.Contains(r.stdout, "baton_outbox_walk") || !strings.Contains(r.stdout, "does not match") || !strings.Contains(r.stdout, fix) {
 		t.Errorf("verify after dropping an index, want the problem and %q:\n%s", fix, r.stdout)
 	}
-	var rep verifyReport
+	var rep ops.VerifyReport
 	r = runCLI(t, "verify", "--postgres", env.URL, "--json").wantCode(t, exitFailure)
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || rep.OK || len(rep.Problems) == 0 || len(rep.DDL) != 1 {
 		t.Errorf("verify --json: %v %+v", err, rep)
@@ -188,7 +189,7 @@ func TestOutboxCommands(t *testing.T) {
 			t.Errorf("outbox status lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	var st statusReport
+	var st ops.StatusReport
 	r = runCLI(t, cmd("outbox", "status", "--json")...).wantCode(t, exitOK)
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 		t.Fatal(err)
@@ -202,7 +203,7 @@ func TestOutboxCommands(t *testing.T) {
 	if !strings.Contains(r.stdout, seed.parked.String()) || !strings.Contains(r.stdout, "409 Conflict") {
 		t.Errorf("dead list:\n%s", r.stdout)
 	}
-	var list []deadJSON
+	var list []ops.DeadJSON
 	r = runCLI(t, cmd("outbox", "dead", "list", "--json")...).wantCode(t, exitOK)
 	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 1 || list[0].ID != seed.parked ||
 		list[0].Payload != nil || list[0].RequeuedAs != nil {
@@ -221,7 +222,7 @@ func TestOutboxCommands(t *testing.T) {
 	if !strings.Contains(r.stdout, `"label": "Label 1"`) || !strings.Contains(r.stdout, "waiting") {
 		t.Errorf("dead show:\n%s", r.stdout)
 	}
-	var one deadJSON
+	var one ops.DeadJSON
 	r = runCLI(t, cmd("outbox", "dead", "show", seed.parked.String(), "--json")...).wantCode(t, exitOK)
 	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || one.ID != seed.parked || len(one.Payload) == 0 {
 		t.Errorf("dead show --json: %v %+v", err, one)
@@ -252,7 +253,7 @@ func TestOutboxCommands(t *testing.T) {
 		t.Errorf("a second requeue: %q", r.stderr)
 	}
 	r = runCLI(t, cmd("outbox", "status", "--json")...).wantCode(t, exitOK)
-	st = statusReport{}
+	st = ops.StatusReport{}
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.DeadLettersWaiting != 0 {
 		t.Errorf("waiting after the requeue: %v %+v", err, st)
 	}
@@ -299,7 +300,7 @@ func TestLeasesCommand(t *testing.T) {
 			}
 		}
 	}
-	var list []leaseJSON
+	var list []ops.LeaseJSON
 	r = runCLI(t, "leases", "--postgres", env.URL, "--json").wantCode(t, exitOK)
 	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 3 {
 		t.Fatalf("leases --json: %v\n%s", err, r.stdout)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/ops"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
 	locksmemory "github.com/baton-go/baton/locks/memory"
@@ -67,11 +68,11 @@ func TestOutboxSlotCommands(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var rep slotReport
+	var rep ops.SlotReport
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r = runCLI(t, cmd("outbox", "slot", "status", "--json")...).wantCode(t, exitOK)
-		rep = slotReport{}
+		rep = ops.SlotReport{}
 		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/ops"
 	"github.com/baton-go/baton/core/lease"
 	"github.com/baton-go/baton/core/outbox"
 )
@@ -90,7 +91,7 @@ func TestOutboxStatus_DatesAnOldLastError(t *testing.T) {
 	}
 	r := runCLI(t, "outbox", "status", "--postgres", env.URL).wantCode(t, exitOK)
 	for _, want := range []string{
-		"not failing", "last_error is from an earlier failing streak, at " + formatTime(errorAt),
+		"not failing", "last_error is from an earlier failing streak, at " + ops.FormatTime(errorAt),
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("outbox status lacks %q:\n%s", want, r.stdout)
@@ -102,10 +103,10 @@ func TestOutboxStatus_DatesAnOldLastError(t *testing.T) {
 			line = l
 		}
 	}
-	if !strings.Contains(line, formatTime(errorAt)) {
-		t.Errorf("the last_error_at row is %q, want the time %s", line, formatTime(errorAt))
+	if !strings.Contains(line, ops.FormatTime(errorAt)) {
+		t.Errorf("the last_error_at row is %q, want the time %s", line, ops.FormatTime(errorAt))
 	}
-	var st statusReport
+	var st ops.StatusReport
 	r = runCLI(t, "outbox", "status", "--postgres", env.URL, "--json").wantCode(t, exitOK)
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Health.LastErrorAt == nil || !st.Health.LastErrorAt.Equal(errorAt) {
 		t.Errorf("status --json: %v %+v", err, st.Health)

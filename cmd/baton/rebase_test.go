@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/ops"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
 	locksmemory "github.com/baton-go/baton/locks/memory"
@@ -135,7 +136,7 @@ func TestOutboxRebase_AfterARealDumpAndRestoreTheDriverRefusesThenDeliversInOrde
 		t.Fatal(err)
 	}
 	r := runCLI(t, "outbox", "rebase", "--postgres", dst.URL(), "--schema", schema, "--dry-run", "--json").wantCode(t, exitOK)
-	var rep rebaseReport
+	var rep ops.RebaseReport
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, r.stdout)
 	}

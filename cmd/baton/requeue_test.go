@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/ops"
 	"github.com/baton-go/baton/core/outbox"
 	"github.com/baton-go/baton/internal/testenv"
 )
@@ -109,7 +110,7 @@ func TestDeadRequeueMany(t *testing.T) {
 	}
 
 	// dead list filters by state and lane.
-	var list []deadJSON
+	var list []ops.DeadJSON
 	r = runCLI(t, cmd("outbox", "dead", "list", "--state", "requeued", "--lane", "a", "--json")...).wantCode(t, exitOK)
 	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 3 {
 		t.Fatalf("dead list --state requeued --lane a: %v\n%s", err, r.stdout)

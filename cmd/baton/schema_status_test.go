@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/ops"
 	"github.com/baton-go/baton/internal/testenv"
 )
 
@@ -101,10 +102,10 @@ func TestSchemaStatusAndMigrateDryRun(t *testing.T) {
 		!strings.Contains(r.stdout, "nothing was changed") {
 		t.Errorf("migrate --dry-run of an empty schema:\n%s", r.stdout)
 	}
-	if recs, err := readMigrations(testContext(t), env.Pool, env.Schema); err != nil || len(recs) != 0 {
+	if recs, err := ops.ReadMigrations(testContext(t), env.Pool, env.Schema); err != nil || len(recs) != 0 {
 		t.Fatalf("migrate --dry-run recorded %v (%v)", recs, err)
 	}
-	if n, err := countTables(testContext(t), env.Pool, env.Schema, batonTables); err != nil || n != 0 {
+	if n, err := ops.CountTables(testContext(t), env.Pool, env.Schema, ops.BatonTables); err != nil || n != 0 {
 		t.Fatalf("migrate --dry-run made %d tables (%v)", n, err)
 	}
 
@@ -113,7 +114,7 @@ func TestSchemaStatusAndMigrateDryRun(t *testing.T) {
 	if !strings.Contains(r.stdout, "up to date: version "+fmt.Sprint(known[len(known)-1].Version)) || !strings.Contains(r.stdout, "APPLIED AT") {
 		t.Errorf("schema status after migrate:\n%s", r.stdout)
 	}
-	var rep schemaStatusReport
+	var rep ops.SchemaStatusReport
 	r = runCLI(t, cmd("schema", "status", "--json")...).wantCode(t, exitOK)
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Applied) != len(known) || len(rep.Pending) != 0 || rep.Applied[0].AppliedAt.IsZero() {
 		t.Errorf("schema status --json: %v %+v", err, rep)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton/backends/pgxstore"
+	"github.com/baton-go/baton/cmd/baton/internal/ops"
 	"github.com/baton-go/baton/internal/testenv"
 )
 
@@ -81,7 +82,7 @@ func TestSchemaVerify_EachProblemWithWhatFixesIt(t *testing.T) {
 		t.Errorf("stderr %q: the report is on stdout, once", r.stderr)
 	}
 
-	var rep verifyReport
+	var rep ops.VerifyReport
 	r = runCLI(t, "verify", "--postgres", env.URL, "--json").wantCode(t, exitFailure)
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Repairs) != 3 {
 		t.Fatalf("verify --json: %v %+v", err, rep)

@@ -1,7 +1,7 @@
 -- +goose Up
 
 -- The transactional outbox. A producer inserts into baton_outbox inside its
--- own transaction (postgres.Enqueue), so an entry exists exactly when the
+-- own transaction (pgxstore.Enqueue), so an entry exists exactly when the
 -- producer's change commits. xid is the producing transaction's 64-bit id,
 -- taken from the column default: PostgreSQL assigns it at the transaction's
 -- first write, so (xid, id) is xid-assignment order, not commit order. The

@@ -1,4 +1,4 @@
-package main
+package ops
 
 import (
 	"fmt"
@@ -39,8 +39,8 @@ func (t *table) row(cells ...string) {
 
 func (t *table) flush() error { return t.tw.Flush() }
 
-// formatTime is the tables' time format: UTC, to the millisecond.
-func formatTime(t time.Time) string {
+// FormatTime is the tables' time format: UTC, to the millisecond.
+func FormatTime(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
@@ -51,7 +51,7 @@ func formatTimePtr(t *time.Time) string {
 	if t == nil {
 		return "-"
 	}
-	return formatTime(*t)
+	return FormatTime(*t)
 }
 
 func formatStringPtr(s *string) string {

@@ -1,4 +1,4 @@
-package main
+package ops
 
 import (
 	"context"
@@ -8,29 +8,21 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/internal/cli"
 )
 
-// dbFlags are the flags every operator command shares.
-type dbFlags struct {
-	url    string
-	schema string
-	json   bool
-}
-
-func (f *dbFlags) register(cmd *cobra.Command) {
-	registerURL(cmd, &f.url)
-	cmd.Flags().StringVar(&f.schema, "schema", "", "schema holding baton's tables (default: the connection's current schema)")
-	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON instead of a table")
-}
-
-// registerURL adds --postgres, the database every command but the demo
-// reads BATON_DATABASE_URL for.
-func registerURL(cmd *cobra.Command, url *string) {
-	cmd.Flags().StringVar(url, "postgres", "", "PostgreSQL URL, e.g. postgres://app@db:5432/app (default: $"+cli.EnvDatabaseURL+")")
+// Target is the database an operator command works on, and how it
+// prints: the --postgres, --schema and --json flags every operator command
+// shares.
+type Target struct {
+	// URL is the PostgreSQL URL; empty, BATON_DATABASE_URL.
+	URL string
+	// Schema holds baton's tables; empty, the connection's current schema.
+	Schema string
+	// JSON prints JSON instead of a table.
+	JSON bool
 }
 
 // database is an open connection pool and the schema the command works in.
@@ -48,17 +40,17 @@ func (d *database) table(name string) string {
 
 // open connects and resolves the schema: --schema, or the connection's
 // current schema. The schema must exist.
-func (f *dbFlags) open(ctx context.Context) (*database, error) {
-	pool, err := cli.OpenPool(ctx, f.url, "--postgres")
+func (t Target) open(ctx context.Context) (*database, error) {
+	pool, err := cli.OpenPool(ctx, t.URL, "--postgres")
 	if err != nil {
 		return nil, err
 	}
-	schema, err := resolveSchema(ctx, pool, f.schema)
+	schema, err := resolveSchema(ctx, pool, t.Schema)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	exists, err := schemaExists(ctx, pool, schema)
+	exists, err := SchemaExists(ctx, pool, schema)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -86,7 +78,8 @@ func resolveSchema(ctx context.Context, pool *pgxpool.Pool, flag string) (string
 	return *current, nil
 }
 
-func schemaExists(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error) {
+// SchemaExists reports whether schema exists.
+func SchemaExists(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error) {
 	var exists bool
 	err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)", schema).Scan(&exists)
 	if err != nil {
@@ -113,16 +106,16 @@ func (d *database) requireTables(ctx context.Context, tables ...string) error {
 	return nil
 }
 
-// migrationRecord is one row of baton_schema_migrations.
-type migrationRecord struct {
+// MigrationRecord is one row of baton_schema_migrations.
+type MigrationRecord struct {
 	Version   int       `json:"version"`
 	Name      string    `json:"name"`
 	AppliedAt time.Time `json:"applied_at"`
 }
 
-// readMigrations lists the migrations recorded in the schema; none when the
+// ReadMigrations lists the migrations recorded in the schema; none when the
 // record table does not exist.
-func readMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]migrationRecord, error) {
+func ReadMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]MigrationRecord, error) {
 	var exists bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
 		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -137,8 +130,8 @@ func readMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]m
 	if err != nil {
 		return nil, fmt.Errorf("read baton_schema_migrations: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (migrationRecord, error) {
-		var m migrationRecord
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MigrationRecord, error) {
+		var m MigrationRecord
 		err := r.Scan(&m.Version, &m.Name, &m.AppliedAt)
 		return m, err
 	})
