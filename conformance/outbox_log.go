@@ -60,7 +60,7 @@ func newOutboxLogSuite(factory func(t *testing.T) OutboxLogHarness, features Out
 }
 
 func (s *outboxLogSuite) checks() []check {
-	return concat(s.readChecks(), s.readerChecks(), s.logSettleChecks(), s.logInputChecks(), s.logTraceChecks(), s.budgetChecks())
+	return concat(s.readChecks(), s.readerChecks(), s.logSettleChecks(), s.logInputChecks(), s.logTraceChecks(), s.budgetChecks(), s.logReplaceChecks())
 }
 
 // logT is one subtest's outbox and log.

@@ -214,6 +214,14 @@ var outboxLogVariants = []outboxLogVariant{
 		})},
 	{variant{"read-ignores-the-byte-budget", "R19", "ReadStopsAtTheByteBudget"},
 		readerWrap(func(_ *memory.OutboxStore, r outbox.LogReader) outbox.LogReader { return readPastBudget{r} })},
+	{variant{"settle-log-refuses-a-used-id", "R20", "AParkReplacesTheDeadLetterOfItsID"},
+		logWrap(func(st *memory.OutboxStore, l *memory.OutboxLog) outbox.LogStore { return usedIDRefused{l, st} })},
+	{variant{"walk-settle-refuses-a-used-id", "R20", "AParkReplacesTheDeadLetterOfItsID"},
+		func(st *memory.OutboxStore) conformance.OutboxLogHarness {
+			h := outboxLogHarness(st)
+			h.Store = walkUsedIDRefused{st}
+			return h
+		}},
 }
 
 func compareU64(a, b uint64) int {
@@ -297,6 +305,41 @@ type parkNothing struct{ *memory.OutboxLog }
 func (p parkNothing) SettleLog(ctx context.Context, s outbox.LogSettlement) error {
 	s.Park = nil
 	return p.OutboxLog.SettleLog(ctx, s)
+}
+
+// usedIDRefused refuses to park an entry whose id has a dead letter, as
+// a park that inserts only ids not parked before does.
+type usedIDRefused struct {
+	*memory.OutboxLog
+	st *memory.OutboxStore
+}
+
+func (u usedIDRefused) SettleLog(ctx context.Context, s outbox.LogSettlement) error {
+	if err := parkedBefore(ctx, u.st, s.Park); err != nil {
+		return err
+	}
+	return u.OutboxLog.SettleLog(ctx, s)
+}
+
+// walkUsedIDRefused is usedIDRefused for the walk's Settle.
+type walkUsedIDRefused struct{ *memory.OutboxStore }
+
+func (w walkUsedIDRefused) Settle(ctx context.Context, s outbox.Settlement) error {
+	if err := parkedBefore(ctx, w.OutboxStore, s.Park); err != nil {
+		return err
+	}
+	return w.OutboxStore.Settle(ctx, s)
+}
+
+// parkedBefore is an error naming the first of park whose id has a dead
+// letter.
+func parkedBefore(ctx context.Context, st *memory.OutboxStore, park []outbox.Parked) error {
+	for _, p := range park {
+		if _, err := st.GetDead(ctx, p.Entry.ID); err == nil {
+			return errors.New("entry " + p.Entry.ID.String() + " was parked before")
+		}
+	}
+	return nil
 }
 
 // logNilKeeps ignores nil state values.

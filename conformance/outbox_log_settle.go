@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -101,23 +102,20 @@ func testSettleLogPark(t *testing.T, x *logT) {
 	x.settleLog(outbox.LogSettlement{To: got[0].Pos, Park: []outbox.Parked{parked}})
 	x.checkDead(x.getDead(got[0].ID), got[0].Entry, parked.Reason, true)
 
-	for what, p := range map[string]outbox.Parked{
-		"parked before":     parked,
-		"not in the outbox": {Entry: outboxEntry(outboxLaneB, 9), Reason: "unknown"},
-	} {
-		state := map[string]*string{"conformance.marker": stateValue(what)}
-		err := x.log.SettleLog(x.ctx, outbox.LogSettlement{From: got[0].Pos, To: got[1].Pos, Park: []outbox.Parked{p}, State: state})
-		if err == nil || errors.Is(err, outbox.ErrCursorMoved) {
-			t.Errorf("parking an entry %s: err = %v, want an error other than ErrCursorMoved", what, err)
-		}
-		if pos := x.logPosition(); pos != got[0].Pos {
-			t.Errorf("parking an entry %s moved the log position to %s", what, pos)
-		}
-		if _, ok := x.state()["conformance.marker"]; ok {
-			t.Errorf("parking an entry %s wrote the state", what)
-		}
+	unknown := outbox.Parked{Entry: outboxEntry(outboxLaneB, 9), Reason: "unknown"}
+	state := map[string]*string{"conformance.marker": stateValue("not in the outbox")}
+	err := x.log.SettleLog(x.ctx, outbox.LogSettlement{From: got[0].Pos, To: got[1].Pos, Park: []outbox.Parked{unknown}, State: state})
+	if err == nil || errors.Is(err, outbox.ErrCursorMoved) {
+		t.Errorf("parking an entry not in the outbox: err = %v, want an error other than ErrCursorMoved", err)
+	}
+	if pos := x.logPosition(); pos != got[0].Pos {
+		t.Errorf("parking an entry not in the outbox moved the log position to %s", pos)
+	}
+	if _, ok := x.state()["conformance.marker"]; ok {
+		t.Errorf("parking an entry not in the outbox wrote the state")
 	}
 	x.notDead(got[1].ID)
+	x.notDead(unknown.Entry.ID)
 }
 
 // testSettleLogState: R13.
@@ -168,4 +166,66 @@ func testLogMark(t *testing.T, x *logT) {
 			t.Errorf("entry %s, committed before the mark, lies at %s, above the mark's LSN %d", e.ID, e.Pos, m.LSN)
 		}
 	}
+}
+
+// logReplaceChecks come last: R20 was numbered last.
+func (s *outboxLogSuite) logReplaceChecks() []check {
+	return area(s.start,
+		subtest[*logT]{"AParkReplacesTheDeadLetterOfItsID", testParkReplaces},
+	)
+}
+
+// testParkReplaces: R20. Rows carry no log position, so the log cannot
+// tell a park repeated from a first one: an entry parked and requeued is
+// parked again by SettleLog, then once more by the walk's Settle, as a
+// driver taking the outbox back from the log does with what the log parked
+// after its last mark. Each park replaces the dead letter, requeue and
+// all, instead of failing the settlement (and every one after it).
+func testParkReplaces(t *testing.T, x *logT) {
+	r := x.open(1)
+	es := outboxEntries(outboxLaneA, 2)
+	x.commitTx(es...)
+	got, _ := x.readN(r, r.Start(), 2)
+	e := got[0].Entry
+	x.settleLog(outbox.LogSettlement{To: got[0].Pos, Park: []outbox.Parked{{Entry: e, Reason: "first"}}})
+	prev := x.getDead(e.ID)
+	if err := x.h.Store.Requeue(x.ctx, e.ID, outbox.NewID()); err != nil {
+		t.Fatalf("Requeue: %v", err)
+	}
+	replaced := func(by, reason string) {
+		t.Helper()
+		d := x.getDead(e.ID)
+		if d.XID != e.XID || d.Lane != e.Lane || !samePayload(d.Payload, e.Payload) || d.TraceContext != e.TraceContext {
+			t.Errorf("after %s: dead letter (xid %d, lane %q, payload %s, trace context %+v), want the parked entry's (xid %d, lane %q, payload %s, trace context %+v)",
+				by, d.XID, d.Lane, d.Payload, d.TraceContext, e.XID, e.Lane, e.Payload, e.TraceContext)
+		}
+		if !strings.HasPrefix(d.Error, reason) {
+			t.Errorf("after %s: dead letter has error %q; want one that begins with the new reason, %q", by, d.Error, reason)
+		}
+		if d.RequeuedAs != outbox.NilID || !d.RequeuedAt.IsZero() {
+			t.Errorf("after %s: the replaced dead letter is still requeued (as %s at %v); want one parked afresh", by, d.RequeuedAs, d.RequeuedAt)
+		}
+		if d.ParkedAt.Before(prev.ParkedAt) {
+			t.Errorf("after %s: the replaced dead letter was parked at %v, before the park it replaced, at %v", by, d.ParkedAt, prev.ParkedAt)
+		}
+		prev = d
+	}
+
+	state := map[string]*string{"conformance.marker": stateValue("parked again")}
+	if err := x.log.SettleLog(x.ctx, outbox.LogSettlement{From: got[0].Pos, To: got[1].Pos, Park: []outbox.Parked{{Entry: e, Reason: "second"}}, State: state}); err != nil {
+		t.Fatalf("SettleLog parking an entry whose id has a dead letter: %v; it must replace the dead letter, not fail", err)
+	}
+	if pos := x.logPosition(); pos != got[1].Pos {
+		t.Errorf("the SettleLog that parked again left the log position at %s, want %s", pos, got[1].Pos)
+	}
+	if x.state()["conformance.marker"] == "" {
+		t.Errorf("the SettleLog that parked again did not write the state")
+	}
+	replaced("SettleLog", "second")
+
+	if err := x.h.Store.Settle(x.ctx, outbox.Settlement{To: e.Cursor(), Park: []outbox.Parked{{Entry: e, Reason: "third"}}}); err != nil {
+		t.Fatalf("the walk's Settle parking an entry the log parked: %v; it must replace the dead letter, not fail", err)
+	}
+	replaced("the walk's Settle", "third")
+	x.notDead(got[1].ID)
 }

@@ -323,10 +323,7 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 	}
 	now := s.clock()
 	for _, e := range parked {
-		// An id that has a dead letter already can only come from a write
-		// that bypassed Enqueue; the newer entry replaces it rather than
-		// fail every settlement (see outbox.Store.Settle).
-		s.dead[e.ID] = deadLetter(e, parking[e.ID], now)
+		s.park(e, parking[e.ID], now)
 	}
 	for k, v := range st.State {
 		if v == nil {
@@ -337,6 +334,15 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 	}
 	s.state[outbox.KeyLastScannedXID], s.state[outbox.KeyLastScannedID] = outbox.CursorState(st.To)
 	return nil
+}
+
+// park copies e to the dead letters, for both sources. An id that has a
+// dead letter already can only come from a write that bypassed Enqueue (or,
+// on the log, a park repeated); the newer entry replaces it rather than
+// fail every settlement (see outbox.Store.Settle and outbox.LogStore's
+// R20). The caller holds the mutex.
+func (s *OutboxStore) park(e outbox.Entry, reason string, now time.Time) {
+	s.dead[e.ID] = deadLetter(e, reason, now)
 }
 
 // deadLetter is the dead letter of e, parked now for reason: a copy of

@@ -153,16 +153,14 @@ func (l *OutboxLog) SettleLog(ctx context.Context, st outbox.LogSettlement) erro
 	for _, p := range st.Park {
 		id := p.Entry.ID
 		_, inOutbox := s.ids[id]
-		_, dead := s.dead[id]
-		if !inOutbox || dead || seen[id] {
-			return fmt.Errorf("baton/memory: settle log: entry %s is not in the outbox, or was parked before; nothing was written", id)
+		if !inOutbox || seen[id] {
+			return fmt.Errorf("baton/memory: settle log: entry %s is not in the outbox, or is parked twice; nothing was written", id)
 		}
 		seen[id] = true
 	}
 	now := s.clock()
 	for _, p := range st.Park {
-		e := s.entry(p.Entry.ID)
-		s.dead[e.ID] = deadLetter(e, p.Reason, now)
+		s.park(s.entry(p.Entry.ID), p.Reason, now)
 	}
 	for k, v := range st.State {
 		if v == nil {

@@ -27,6 +27,7 @@ const (
 	DefaultRetentionBatchSize    = 1000
 	DefaultRetentionBatchPause   = 100 * time.Millisecond
 	DefaultRetentionSweepBudget  = 10 * time.Minute
+	DefaultStoreTimeout          = time.Minute
 
 	// RetentionLockSuffix makes the default RetentionLockName from the
 	// LeaderLockName, so renaming the driver's lock renames retention's.
@@ -83,6 +84,19 @@ type Config struct {
 	// where the store's connections cannot LISTEN, such as PgBouncer in
 	// transaction pooling mode.
 	PollOnly bool
+
+	// StoreTimeout bounds every call the driver and its retention loop make
+	// to Store and Log: a call that has not answered by then is given up on
+	// and fails its pass, as an error would, so the failing streak counts
+	// it and the stuck notice comes after StuckAfter. Without a bound, a
+	// call on a connection whose packets are dropped blocks until the
+	// operating system's TCP timeout, many minutes later, and nothing is
+	// noticed meanwhile. A log Read is bounded by its wait for entries
+	// (IdleDelay) plus StoreTimeout. Keep it above the longest a healthy
+	// call takes, the adapter's own bounds included (pgxstore's
+	// SlotCreateTimeout, 30 s, inside the log's Open). The leader lock is
+	// not a store call: its provider keeps its own time (lock.Lock.Trusted).
+	StoreTimeout time.Duration
 
 	// StuckAfter is how long a failing streak lasts before a stuck notice.
 	StuckAfter time.Duration
@@ -168,6 +182,7 @@ func (c *Config) durations() []durationField {
 		{"RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval},
 		{"RetentionBatchPause", &c.RetentionBatchPause, DefaultRetentionBatchPause},
 		{"RetentionSweepBudget", &c.RetentionSweepBudget, DefaultRetentionSweepBudget},
+		{"StoreTimeout", &c.StoreTimeout, DefaultStoreTimeout},
 	}
 }
 

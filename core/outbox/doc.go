@@ -97,7 +97,9 @@
 // found nothing; when the streak has lasted StuckAfter a stuck notice goes
 // to Notify, at most once per StuckNoticeEvery. The leader keeps the streak
 // and the throttles in memory too, so the notice comes while nothing can be
-// stored (the database unreachable, settlements failing). A stored cursor
+// stored (the database unreachable, settlements failing). Every store call
+// runs under StoreTimeout, so one that hangs (a network dropping packets)
+// fails its pass and counts in the streak too. A stored cursor
 // ahead of the database's transaction counter (Store.NextXID), which a
 // logical restore into another cluster leaves, makes the driver refuse to
 // walk (ErrCursorAhead) and notify at once; `baton outbox rebase` repairs

@@ -178,13 +178,13 @@ type walker struct {
 // the walk.
 func (d *Driver) newFeed(lk lock.Lock) feed {
 	if d.cfg.Log != nil {
-		return &logFeed{ls: d.cfg.Log, s: d.cfg.Store, token: lk.Token(), wait: d.cfg.IdleDelay, logger: d.cfg.Logger}
+		return &logFeed{ls: d.cfg.Log, s: d.cfg.Store, token: lk.Token(), wait: d.cfg.IdleDelay, timeout: d.cfg.StoreTimeout, logger: d.cfg.Logger}
 	}
-	return &walkFeed{s: d.cfg.Store, back: true, counterEvery: d.cfg.IdleDelay}
+	return &walkFeed{s: d.cfg.Store, timeout: d.cfg.StoreTimeout, back: true, counterEvery: d.cfg.IdleDelay}
 }
 
 func (w *walker) load(ctx context.Context) error {
-	st, err := w.d.cfg.Store.State(ctx)
+	st, err := withinValue(ctx, w.d.cfg.StoreTimeout, w.d.cfg.Store.State)
 	if err != nil {
 		return err
 	}
@@ -338,7 +338,9 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 			at = stop.entry
 		}
 		failed.fail(now, at, "settling the pass failed: "+err.Error(), false)
-		d.notifyStuck(ctx, &failed, now, false)
+		// Judged when the settlement failed, not when the pass began: a
+		// settlement given up on after StoreTimeout took that long.
+		d.notifyStuck(ctx, &failed, time.Now(), false)
 		w.h = failed
 		w.loaded = false // re-read: the stored cursor is the truth
 		return cfg.ErrorDelay, false
@@ -367,7 +369,9 @@ func (w *walker) settleFailure(ctx context.Context, now time.Time, s stopInfo, a
 	w.t.failure = s.reason
 	next := w.h
 	next.fail(now, s.entry, s.reason, false)
-	d.notifyStuck(ctx, &next, now, atOnce)
+	// Judged when the pass failed, not when it began: a scan given up on
+	// after StoreTimeout took that long.
+	d.notifyStuck(ctx, &next, time.Now(), atOnce)
 	w.h = next // a failure whether or not it can be stored
 	if !w.trusted("settling") {
 		return 0, true

@@ -822,6 +822,7 @@ func TestNew_RejectsEveryInvalidOptionNamingIt(t *testing.T) {
 		"DeadLetterNoticeEvery": func(c *outbox.Config) { c.DeadLetterNoticeEvery = -time.Second },
 		"RetentionBatchPause":   func(c *outbox.Config) { c.RetentionBatchPause = -time.Second },
 		"RetentionSweepBudget":  func(c *outbox.Config) { c.RetentionSweepBudget = -time.Second },
+		"StoreTimeout":          func(c *outbox.Config) { c.StoreTimeout = -time.Second },
 		"Processors[1]": func(c *outbox.Config) {
 			c.Processors = []outbox.Processor{&recorder{lane: "a"}, &recorder{lane: "a"}}
 		},

@@ -63,6 +63,9 @@ type walkFeed struct {
 	counterAt    time.Time
 	batch        []Entry
 	limit        int
+
+	// timeout bounds each call to s (Config.StoreTimeout).
+	timeout time.Duration
 }
 
 func (w *walkFeed) load(ctx context.Context, st map[string]string) error {
@@ -71,7 +74,7 @@ func (w *walkFeed) load(ctx context.Context, st map[string]string) error {
 		return err
 	}
 	if w.back && st[KeySource] == SourceLogical {
-		if cur, err = fromLog(ctx, w.s, st); err != nil {
+		if cur, err = fromLog(ctx, w.s, w.timeout, st); err != nil {
 			return err
 		}
 	}
@@ -82,7 +85,7 @@ func (w *walkFeed) load(ctx context.Context, st map[string]string) error {
 func (w *walkFeed) scan(ctx context.Context, limit int) ([]Entry, error) {
 	w.batch = nil
 	if w.checkCounter {
-		next, err := w.s.NextXID(ctx)
+		next, err := withinValue(ctx, w.timeout, w.s.NextXID)
 		switch {
 		case err != nil:
 			return nil, fmt.Errorf("reading the transaction counter: %w", err)
@@ -94,7 +97,7 @@ func (w *walkFeed) scan(ctx context.Context, limit int) ([]Entry, error) {
 		}
 		w.checkCounter, w.counterAt = false, time.Now()
 	}
-	entries, err := w.s.Scan(ctx, w.cur, limit)
+	entries, err := withinValue(ctx, w.timeout, func(ctx context.Context) ([]Entry, error) { return w.s.Scan(ctx, w.cur, limit) })
 	if err != nil {
 		return nil, fmt.Errorf("scan: %w", err)
 	}
@@ -110,7 +113,8 @@ func (w *walkFeed) settle(ctx context.Context, n int, all bool, park []Parked, s
 	if n > 0 {
 		to = w.batch[n-1].Cursor()
 	}
-	if err := w.s.Settle(ctx, Settlement{From: w.cur, To: to, Park: park, State: state}); err != nil {
+	settlement := Settlement{From: w.cur, To: to, Park: park, State: state}
+	if err := within(ctx, w.timeout, func(ctx context.Context) error { return w.s.Settle(ctx, settlement) }); err != nil {
 		return err
 	}
 	w.cur = to
@@ -133,8 +137,9 @@ func (w *walkFeed) caughtUp(all bool) bool { return all && len(w.batch) < w.limi
 // stored cursor) and records the walk as the source. Entries of
 // transactions whose xid is at or above the last passed mark's and that
 // committed before the logical driver's last settlement are delivered
-// again (docs/outbox.md, "Switching sources").
-func fromLog(ctx context.Context, s Store, st map[string]string) (Cursor, error) {
+// again (docs/outbox.md, "Switching sources"). timeout bounds the
+// settlement (Config.StoreTimeout).
+func fromLog(ctx context.Context, s Store, timeout time.Duration, st map[string]string) (Cursor, error) {
 	cur, err := CursorFromState(st)
 	if err != nil {
 		return Cursor{}, err
@@ -143,7 +148,8 @@ func fromLog(ctx context.Context, s Store, st map[string]string) (Cursor, error)
 	if err != nil {
 		return Cursor{}, err
 	}
-	if err := s.Settle(ctx, Settlement{From: cur, To: to, State: map[string]*string{KeySource: ptr(SourceWalk)}}); err != nil {
+	back := Settlement{From: cur, To: to, State: map[string]*string{KeySource: ptr(SourceWalk)}}
+	if err := within(ctx, timeout, func(ctx context.Context) error { return s.Settle(ctx, back) }); err != nil {
 		return Cursor{}, fmt.Errorf("taking the outbox back from the logical source: %w", err)
 	}
 	return to, nil

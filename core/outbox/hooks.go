@@ -268,12 +268,13 @@ func (w *walker) sampleBacklog(ctx context.Context, h Hooks, now time.Time) {
 		return
 	}
 	w.sampled = now
-	pending, err := c.CountPending(ctx, cur, BacklogLimit)
+	limit := w.d.cfg.StoreTimeout
+	pending, err := withinValue(ctx, limit, func(ctx context.Context) (int, error) { return c.CountPending(ctx, cur, BacklogLimit) })
 	if err != nil {
 		w.d.cfg.Logger.Debug("outbox: counting the pending entries failed", "err", err)
 		return
 	}
-	dead, err := c.CountDead(ctx, BacklogLimit)
+	dead, err := withinValue(ctx, limit, func(ctx context.Context) (int, error) { return c.CountDead(ctx, BacklogLimit) })
 	if err != nil {
 		w.d.cfg.Logger.Debug("outbox: counting the dead letters failed", "err", err)
 		return

@@ -144,7 +144,7 @@ type LogSettlement struct {
 // statements that settle a log position. The same tables serve it as
 // Store (whose dead letters, state and admin API it shares).
 //
-// The rules a log store keeps are numbered R1 to R19 on the methods below
+// The rules a log store keeps are numbered R1 to R20 on the methods below
 // and on LogReader; conformance.RunOutboxLog checks each one with a
 // subtest of its own (docs/adapters.md lists which).
 //
@@ -184,12 +184,20 @@ type LogStore interface {
 	//     and writes nothing.
 	//   - R12 park: each parked entry is copied to the dead letters with its
 	//     xid, lane and payload and the reason, and stays in the outbox
-	//     until retention; parking an entry the outbox does not hold, or one
-	//     parked before, is an error other than ErrCursorMoved, and writes
-	//     nothing.
+	//     until retention; parking an entry the outbox does not hold is an
+	//     error other than ErrCursorMoved, and writes nothing.
 	//   - R13 state: s.State's values are upserted and a nil removes its
 	//     key; the log position keys are written from s.To, and State
 	//     reads them back (LogPositionFromState).
+	//   - R20 id in use: parking an entry whose id already has a dead
+	//     letter, by SettleLog or by Store.Settle, replaces that dead letter
+	//     with the entry's xid, lane, payload and trace context, a reason
+	//     that begins with the new one, a new ParkedAt and no RequeuedAs,
+	//     and the settlement applies. Rows carry no log position, so the log
+	//     cannot refuse a repeated park by its range as the walk does; and a
+	//     driver taking the outbox back from the log walks again, and parks
+	//     again, what the log parked after its last mark. Like every
+	//     settlement, it never fails on a conflict it can foresee.
 	SettleLog(ctx context.Context, s LogSettlement) error
 
 	// Mark reads a LogMark: the log's current end and the oldest xid

@@ -41,6 +41,10 @@ type logFeed struct {
 	wait   time.Duration // Read's wait for entries: Config.IdleDelay
 	logger *slog.Logger
 
+	// timeout bounds each store call (Config.StoreTimeout); a Read's is
+	// wait plus timeout.
+	timeout time.Duration
+
 	r LogReader
 
 	// walk is the walk while the feed takes over from it; nil once the
@@ -62,7 +66,7 @@ type logFeed struct {
 func (f *logFeed) load(ctx context.Context, st map[string]string) error {
 	f.batch, f.kept = LogBatch{}, nil
 	if f.r == nil {
-		r, err := f.ls.Open(ctx, f.token)
+		r, err := withinValue(ctx, f.timeout, func(ctx context.Context) (LogReader, error) { return f.ls.Open(ctx, f.token) })
 		if err != nil {
 			return openFailure(err)
 		}
@@ -87,13 +91,13 @@ func (f *logFeed) load(ctx context.Context, st map[string]string) error {
 		// walk, from the settled cursor on.
 		f.logger.Warn("outbox: the log begins after the settled log position; walking the table from the settled cursor before reading the log again",
 			"settled", pos.String(), "log_start", f.r.Start().String())
-		cur, err := fromLog(ctx, f.s, st)
+		cur, err := fromLog(ctx, f.s, f.timeout, st)
 		if err != nil {
 			return err
 		}
-		return f.takeOver(ctx, &walkFeed{s: f.s, cur: cur, checkCounter: true})
+		return f.takeOver(ctx, &walkFeed{s: f.s, timeout: f.timeout, cur: cur, checkCounter: true})
 	}
-	w := &walkFeed{s: f.s}
+	w := &walkFeed{s: f.s, timeout: f.timeout}
 	if err := w.load(ctx, st); err != nil {
 		return err
 	}
@@ -103,7 +107,7 @@ func (f *logFeed) load(ctx context.Context, st map[string]string) error {
 // takeOver starts walking the table with w before switching to the log
 // (steps 2 and 3 of logFeed).
 func (f *logFeed) takeOver(ctx context.Context, w *walkFeed) error {
-	m, err := f.ls.Mark(ctx)
+	m, err := withinValue(ctx, f.timeout, f.ls.Mark)
 	if err != nil {
 		return fmt.Errorf("reading a log mark: %w", err)
 	}
@@ -125,7 +129,7 @@ func (f *logFeed) scan(ctx context.Context, limit int) ([]Entry, error) {
 	if f.r == nil {
 		// The reader failed last pass: open it again from the position
 		// this feed settled, which is the stored one.
-		st, err := f.s.State(ctx)
+		st, err := withinValue(ctx, f.timeout, f.s.State)
 		if err != nil {
 			return nil, fmt.Errorf("reading state: %w", err)
 		}
@@ -137,7 +141,7 @@ func (f *logFeed) scan(ctx context.Context, limit int) ([]Entry, error) {
 		return f.walk.scan(ctx, limit)
 	}
 	f.batch, f.kept = LogBatch{}, nil
-	b, err := f.r.Read(ctx, f.pos, limit, f.wait)
+	b, err := withinValue(ctx, f.wait+f.timeout, func(ctx context.Context) (LogBatch, error) { return f.r.Read(ctx, f.pos, limit, f.wait) })
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, ErrReaderFenced) {
 			f.close(ctx)
@@ -195,7 +199,7 @@ func (f *logFeed) settle(ctx context.Context, n int, all bool, park []Parked, st
 		hasMark = false
 	}
 	if now := time.Now(); !hasMark && now.Sub(markAt) >= logMarkEvery {
-		if m, err := f.ls.Mark(ctx); err != nil {
+		if m, err := withinValue(ctx, f.timeout, f.ls.Mark); err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
@@ -206,7 +210,8 @@ func (f *logFeed) settle(ctx context.Context, n int, all bool, park []Parked, st
 			mark, hasMark, markAt = m, true, now
 		}
 	}
-	if err := f.ls.SettleLog(ctx, LogSettlement{From: f.pos, To: to, Park: park, State: st}); err != nil {
+	settlement := LogSettlement{From: f.pos, To: to, Park: park, State: st}
+	if err := within(ctx, f.timeout, func(ctx context.Context) error { return f.ls.SettleLog(ctx, settlement) }); err != nil {
 		return err
 	}
 	f.pos, f.mark, f.hasMark, f.markAt = to, mark, hasMark, markAt
@@ -214,7 +219,7 @@ func (f *logFeed) settle(ctx context.Context, n int, all bool, park []Parked, st
 		return nil // the reader failed; the next one resumes from here
 	}
 	// Only now may the log forget: what it forgets is settled.
-	if err := f.r.Confirm(ctx, to); err != nil && ctx.Err() == nil {
+	if err := within(ctx, f.timeout, func(ctx context.Context) error { return f.r.Confirm(ctx, to) }); err != nil && ctx.Err() == nil {
 		f.logger.Warn("outbox: confirming the settled position to the log failed; the next settlement confirms it", "position", to.String(), "err", err)
 		if !errors.Is(err, ErrReaderFenced) {
 			f.close(ctx)
@@ -235,7 +240,8 @@ func (f *logFeed) switchOver(ctx context.Context) error {
 		KeyLogSettledXID: ptr(strconv.FormatUint(f.switchMark.XID, 10)),
 		KeyLogMarkLSN:    nil, KeyLogMarkXID: nil,
 	}
-	if err := f.s.Settle(ctx, Settlement{From: cur, To: cur, State: state}); err != nil {
+	switched := Settlement{From: cur, To: cur, State: state}
+	if err := within(ctx, f.timeout, func(ctx context.Context) error { return f.s.Settle(ctx, switched) }); err != nil {
 		return err
 	}
 	f.logger.Info("outbox: the log is the source now", "log_start", start.String(), "walked_xid", cur.XID)

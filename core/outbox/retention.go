@@ -50,7 +50,7 @@ func (d *Driver) sweepOnce(ctx context.Context) {
 		}
 	}()
 
-	st, err := cfg.Store.State(ctx)
+	st, err := withinValue(ctx, cfg.StoreTimeout, cfg.Store.State)
 	if err != nil {
 		cfg.Logger.Warn("outbox retention: reading the cursor failed", "err", err)
 		return
@@ -64,11 +64,11 @@ func (d *Driver) sweepOnce(ctx context.Context) {
 	}
 	end := time.Now().Add(cfg.RetentionSweepBudget)
 	if !cur.IsZero() {
-		d.sweepTable(ctx, lk, end, "delivered entries", func() (int, error) {
+		d.sweepTable(ctx, lk, end, "delivered entries", func(ctx context.Context) (int, error) {
 			return cfg.Store.DeleteDelivered(ctx, cur, cfg.RetentionWindow, cfg.RetentionBatchSize)
 		})
 	}
-	d.sweepTable(ctx, lk, end, "requeued dead letters", func() (int, error) {
+	d.sweepTable(ctx, lk, end, "requeued dead letters", func(ctx context.Context) (int, error) {
 		return cfg.Store.DeleteRequeued(ctx, cfg.RetentionWindow, cfg.RetentionBatchSize)
 	})
 }
@@ -76,7 +76,7 @@ func (d *Driver) sweepOnce(ctx context.Context) {
 // sweepTable runs one table's bounded delete in batches until a batch
 // finds fewer than RetentionBatchSize rows (caught up), the budget ends at
 // end, or the lock can no longer be trusted. The first batch always runs.
-func (d *Driver) sweepTable(ctx context.Context, lk lock.Lock, end time.Time, what string, batch func() (int, error)) {
+func (d *Driver) sweepTable(ctx context.Context, lk lock.Lock, end time.Time, what string, batch func(context.Context) (int, error)) {
 	cfg := &d.cfg
 	deleted, batches := 0, 0
 	defer func() {
@@ -89,7 +89,7 @@ func (d *Driver) sweepTable(ctx context.Context, lk lock.Lock, end time.Time, wh
 			cfg.Logger.Warn("outbox retention: its lock can no longer be trusted; stopping the sweep", "lock", lk.Name())
 			return
 		}
-		n, err := batch()
+		n, err := withinValue(ctx, cfg.StoreTimeout, batch)
 		batches++
 		deleted += n
 		switch {

@@ -243,10 +243,12 @@ type Store interface {
 	//   - O24 exact text: every storable reason and state value, up to
 	//     MaxReasonLength bytes, is kept byte for byte.
 	//
-	// A dead letter that already has the id of an entry being parked (only
-	// rows written around Enqueue can cause one, so the suite cannot make
-	// one) is replaced by it: a settlement never fails on a conflict it can
-	// foresee.
+	// A dead letter that already has the id of an entry being parked is
+	// replaced by it: a settlement never fails on a conflict it can
+	// foresee. Rows written around Enqueue can cause one, and so can a
+	// driver taking the outbox back from the log, which walks again what
+	// the log parked after its last mark; RunOutboxStore cannot make one,
+	// RunOutboxLog does (LogStore's R20).
 	Settle(ctx context.Context, s Settlement) error
 
 	// State returns every state key that has a value, in a map of the

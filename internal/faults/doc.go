@@ -6,8 +6,9 @@
 // proxy) and stop the database, on a fixed seeded schedule.
 //
 // The children report what they believe (held or not, with which token;
-// what they delivered or completed) to the parent over loopback, stamped
-// with the wall clock they all share. The parent asserts the invariants on
+// what they completed) to the parent over loopback, stamped with the wall
+// clock they all share; the outbox drivers deliver to a fencing destination
+// in the parent, which records what it accepts. The parent asserts the invariants on
 // those reports and on the database, and prints the timings as "figure"
 // lines without asserting them.
 //

@@ -3,6 +3,7 @@ package faults
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-go/baton/core/outbox"
 )
@@ -82,5 +83,62 @@ func TestInvariant_ATermRepeatingMoreThanOnePassIsReported(t *testing.T) {
 	}
 	if got := repeatsPerTerm(es); got[1] != 0 || got[2] != 3 || got[3] != 4 {
 		t.Fatalf("repeats per term %v, want none for token 1, 3 for token 2, 4 for token 3", got)
+	}
+}
+
+func grantedAt(child string, token uint64, at int64) event {
+	return event{Kind: kindGranted, Child: child, Token: token, Since: at - 1, At: at}
+}
+
+func deliveredUnder(child string, token uint64, at int64) event {
+	return event{Kind: kindDelivered, Child: child, ID: outbox.NewID().String(), XID: 1, Token: token, At: at}
+}
+
+func TestInvariant_ADeliveryUnderATokenBelowAnEarlierGrantIsReported(t *testing.T) {
+	late := deliveredUnder("d0", 5, 300)
+	arrived := []event{
+		grantedAt("d0", 5, 100),
+		deliveredUnder("d0", 5, 150), // its own term
+		grantedAt("d1", 6, 200),
+		deliveredUnder("d1", 6, 250),
+		// Sent before d1's grant, arrived after it: not deposed yet.
+		deliveredUnder("d0", 5, 190),
+		late, // sent after d1 was granted a greater token
+		deliveredUnder("d1", 6, 400),
+	}
+	v := checkNoDeliveryByDeposedLeader(arrived)
+	if len(v) != 1 || !strings.Contains(v[0], late.ID) || !strings.Contains(v[0], "token 5") || !strings.Contains(v[0], "d1 was granted token 6") {
+		t.Fatalf("violations %q, want exactly one, naming %s, delivered under token 5 after d1 was granted 6", v, late.ID)
+	}
+}
+
+func TestInvariant_TheDestinationRefusesATokenBelowTheHighestGrant(t *testing.T) {
+	col := newCollector(t)
+	d := newFencingDestination(t, col)
+	run := func(child string, token uint64) deliveryRequest {
+		return deliveryRequest{Child: child, Token: token, At: time.Now().UnixNano(), Entries: []deliveredEntry{{ID: outbox.NewID().String(), XID: 1}}}
+	}
+	if ans := d.admit(run("d0", 5)); !ans.Accepted {
+		t.Fatalf("the first token was refused: %+v", ans)
+	}
+	col.mu.Lock()
+	col.granted = 6 // d1's grant, reported
+	col.mu.Unlock()
+	if ans := d.admit(run("d0", 5)); ans.Accepted || ans.Highest != 6 {
+		t.Fatalf("a token below a grant the destination knows of: %+v, want refused with 6", ans)
+	}
+	if ans := d.admit(run("d1", 6)); !ans.Accepted {
+		t.Fatalf("the granted token was refused: %+v", ans)
+	}
+	col.mu.Lock()
+	col.granted = 0 // as if no grant were known: the token accepted still fences
+	col.mu.Unlock()
+	if ans := d.admit(run("d0", 5)); ans.Accepted {
+		t.Fatalf("a token below one the destination accepted was accepted: %+v", ans)
+	}
+	es := col.snapshot()
+	_, deliveries, _, fenced := outboxCounts(es)
+	if deliveries != 2 || fenced != 2 {
+		t.Fatalf("%d deliveries and %d refused runs recorded, want 2 and 2", deliveries, fenced)
 	}
 }

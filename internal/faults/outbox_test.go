@@ -1,14 +1,17 @@
 package faults
 
 import (
+	"bufio"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"os"
 	"slices"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +32,6 @@ const (
 	outboxLockTTL    = 2 * time.Second
 	outboxLockMargin = 300 * time.Millisecond
 	outboxLockName   = "faults-outbox"
-	kindGranted      = "granted" // Token: a driver child became leader
 	// outboxBatch is the drivers' BatchSize: the most entries one pass
 	// reads, across every lane, and so the most a takeover repeats.
 	outboxBatch = 100
@@ -104,9 +106,11 @@ func producerMain(args []string) int {
 	return 0
 }
 
-// driverMain runs an outbox driver whose processors report every delivery,
-// with the token of the leader lock this process holds, before answering
-// Delivered. SIGTERM stops it.
+// driverMain runs an outbox driver whose processors deliver every run to
+// the fencing destination (fencingDestination) with the fencing token the
+// driver put on their context, as a real processor does: Delivered when it
+// accepts, an error wrapping outbox.ErrFenced when it refuses. SIGTERM
+// stops it.
 func driverMain(args []string) int {
 	fs := newChildFlags("driver")
 	url := fs.String("url", "", "PostgreSQL URL, search_path set to the outbox's schema")
@@ -114,11 +118,14 @@ func driverMain(args []string) int {
 	redisAddr := fs.String("redis", "", "Redis address for -locks redis")
 	namespace := fs.String("namespace", "", "lock namespace or key prefix")
 	logSlot := fs.String("log", "", "read the outbox from the log, with this slot and publication (outbox.Config.Log)")
+	destAddr := fs.String("destination", "", "the fencing destination's address")
 	rep, ctx, done, err := fs.start(args)
 	if err != nil {
 		return 2
 	}
 	defer done()
+	dest := dialDestination(*destAddr, *fs.name)
+	defer dest.close()
 	pool, err := pgxpool.New(context.Background(), *url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -160,21 +167,23 @@ func driverMain(args []string) int {
 	var procs []outbox.Processor
 	for _, lane := range outboxLanes {
 		procs = append(procs, outbox.ProcessorFunc{LaneName: lane, Func: func(ctx context.Context, run []outbox.Entry) ([]outbox.Outcome, error) {
-			out := make([]outbox.Outcome, len(run))
 			token, _ := outbox.FencingToken(ctx)
-			for i, e := range run {
-				// The clock is read before the trust check: a lock trusted
-				// at some moment after the reading was held at the reading,
-				// so a pause between the two cannot make a delivery look
-				// later than it was.
-				at := time.Now().UnixNano()
-				if ctx.Err() != nil || !tracked.trusted() {
-					for j := i; j < len(run); j++ {
-						out[j] = outbox.Retry("not attempted: the leader lock is no longer trusted")
-					}
-					break
-				}
-				rep.send(event{Kind: kindDelivered, ID: e.ID.String(), XID: e.XID, Token: token, At: at})
+			// The clock is read before the request: whatever the
+			// destination accepts was sent after this reading, and a pause
+			// in between can only make a delivery look earlier than the
+			// moment the destination judged it, never later.
+			req := deliveryRequest{Token: token, At: time.Now().UnixNano()}
+			for _, e := range run {
+				req.Entries = append(req.Entries, deliveredEntry{ID: e.ID.String(), XID: e.XID})
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if ans := dest.deliver(req); !ans.Accepted {
+				return nil, fmt.Errorf("the destination refused fencing token %d, having seen %d: %w", token, ans.Highest, outbox.ErrFenced)
+			}
+			out := make([]outbox.Outcome, len(run))
+			for i := range out {
 				out[i] = outbox.Delivered()
 			}
 			return out, nil
@@ -195,30 +204,166 @@ func driverMain(args []string) int {
 	return 0
 }
 
-// trackedLocks reports every leader lock this process is granted, and
-// keeps the lock so that the processors can ask its trust before each
-// delivery, as a processor without a fencing destination must.
+// trackedLocks reports every leader lock this process is granted.
 type trackedLocks struct {
 	lock.Provider
-	rep  *reporter
-	held atomic.Pointer[lock.Lock]
+	rep *reporter
 }
 
 func (p *trackedLocks) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
 	start := time.Now().UnixNano()
 	l, err := p.Provider.Acquire(ctx, name, opts)
 	if err == nil {
-		p.held.Store(&l)
 		// The grant happened between start and now: Since and At bound it.
 		p.rep.send(event{Kind: kindGranted, Token: l.Token(), Since: start})
 	}
 	return l, err
 }
 
-func (p *trackedLocks) trusted() bool {
-	l := p.held.Load()
-	return l != nil && (*l).Trusted()
+// fencingDestination is where the drivers' processors deliver, in the
+// parent: a fencing destination, such as graphtest's engine, that refuses a
+// run whose token is lower than the highest it has accepted. It also
+// refuses one lower than the highest token granted so far, which it reads
+// from the collector: a grant is known to it the moment it is reported,
+// where a real destination learns a token only from the first request that
+// carries it. That makes the invariant "no delivery under a token lower
+// than one already granted" one the deployment can have at all (a real
+// destination accepts a deposed leader's token until the new leader's first
+// request), and it is what checkNoDeliveryByDeposedLeader asserts; see
+// docs/testing.md for what that proves. An accepted run is recorded as one
+// delivered event per entry, stamped with the sender's clock.
+type fencingDestination struct {
+	col *collector
+	ln  net.Listener
+	wg  sync.WaitGroup
+
+	mu    sync.Mutex
+	conns []net.Conn
+
+	accepted uint64 // under col.mu
 }
+
+// deliveryRequest is one run sent to the destination.
+type deliveryRequest struct {
+	Child   string           `json:"child"`
+	Token   uint64           `json:"token"`
+	At      int64            `json:"at"`
+	Entries []deliveredEntry `json:"entries"`
+}
+
+type deliveredEntry struct {
+	ID  string `json:"id"`
+	XID uint64 `json:"xid"`
+}
+
+// deliveryAnswer is the destination's: accepted, or refused for a token
+// below Highest.
+type deliveryAnswer struct {
+	Accepted bool   `json:"accepted"`
+	Highest  uint64 `json:"highest"`
+}
+
+func newFencingDestination(t *testing.T, col *collector) *fencingDestination {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fencingDestination{col: col, ln: ln}
+	d.wg.Go(d.accept)
+	t.Cleanup(d.close)
+	return d
+}
+
+func (d *fencingDestination) addr() string { return d.ln.Addr().String() }
+
+func (d *fencingDestination) accept() {
+	for {
+		conn, err := d.ln.Accept()
+		if err != nil {
+			return
+		}
+		d.mu.Lock()
+		d.conns = append(d.conns, conn)
+		d.mu.Unlock()
+		d.wg.Go(func() { d.serve(conn) })
+	}
+}
+
+// serve answers one driver's requests, one at a time.
+func (d *fencingDestination) serve(conn net.Conn) {
+	dec, enc := json.NewDecoder(bufio.NewReader(conn)), json.NewEncoder(conn)
+	for {
+		var r deliveryRequest
+		if dec.Decode(&r) != nil {
+			return
+		}
+		if enc.Encode(d.admit(r)) != nil {
+			return // the driver is gone; what it sent was judged all the same
+		}
+	}
+}
+
+// admit judges a run and records it, under the collector's lock, so that
+// it is judged against every grant the collector has recorded.
+func (d *fencingDestination) admit(r deliveryRequest) deliveryAnswer {
+	c := d.col
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	highest := max(c.granted, d.accepted)
+	if r.Token < highest {
+		c.events = append(c.events, event{Child: r.Child, Kind: kindFenced, Token: r.Token, At: time.Now().UnixNano()})
+		return deliveryAnswer{Highest: highest}
+	}
+	d.accepted = r.Token
+	for _, e := range r.Entries {
+		c.events = append(c.events, event{Child: r.Child, Kind: kindDelivered, ID: e.ID, XID: e.XID, Token: r.Token, At: r.At})
+	}
+	return deliveryAnswer{Accepted: true, Highest: r.Token}
+}
+
+func (d *fencingDestination) close() {
+	d.ln.Close()
+	d.mu.Lock()
+	for _, conn := range d.conns {
+		conn.Close()
+	}
+	d.mu.Unlock()
+	d.wg.Wait()
+}
+
+// destinationClient is a driver child's connection to the destination.
+type destinationClient struct {
+	child string
+	mu    sync.Mutex
+	conn  net.Conn
+	enc   *json.Encoder
+	dec   *json.Decoder
+}
+
+func dialDestination(addr, child string) *destinationClient {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "child %s: the destination at %s: %v\n", child, addr, err)
+		os.Exit(3)
+	}
+	return &destinationClient{child: child, conn: conn, enc: json.NewEncoder(conn), dec: json.NewDecoder(bufio.NewReader(conn))}
+}
+
+// deliver sends a run and waits for the answer.
+func (c *destinationClient) deliver(r deliveryRequest) deliveryAnswer {
+	r.Child = c.child
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ans deliveryAnswer
+	if c.enc.Encode(r) != nil || c.dec.Decode(&ans) != nil {
+		// The parent is gone: nothing left to deliver to.
+		os.Exit(3)
+	}
+	return ans
+}
+
+func (c *destinationClient) close() { c.conn.Close() }
 
 // TestOutbox_LeadersKilledAndPaused: eight producer children enqueue for a
 // few seconds, a tenth of their transactions rolled back, while three
@@ -278,6 +423,7 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 		logArgs, label = []string{"-log", schema}, locks+"+log"
 	}
 	col := newCollector(t)
+	dest := newFencingDestination(t, col)
 	gone := map[string]int64{}
 
 	const slots = 3
@@ -287,7 +433,7 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 		generation[i]++
 		name := fmt.Sprintf("d%d.%d", i, generation[i])
 		drivers[i] = testenv.StartChild(t, name, "driver", nil, append([]string{"-url", url, "-name", name, "-report", col.addr(),
-			"-locks", locks, "-redis", redisAddr, "-namespace", schema}, logArgs...)...)
+			"-locks", locks, "-redis", redisAddr, "-namespace", schema, "-destination", dest.addr()}, logArgs...)...)
 	}
 	for i := range slots {
 		startDriver(i)
@@ -434,9 +580,9 @@ func runOutboxScenario(t *testing.T, pgsrv *testenv.PostgresServer, locks string
 		<-c.Exited()
 	}
 	es := col.snapshot()
-	committed, deliveries, duplicates := outboxCounts(es)
-	t.Logf("figure outbox %-9s %d committed entries in %v, %d deliveries, %d duplicates",
-		label, committed, time.Since(started).Round(time.Millisecond), deliveries, duplicates)
+	committed, deliveries, duplicates, fenced := outboxCounts(es)
+	t.Logf("figure outbox %-9s %d committed entries in %v, %d deliveries, %d duplicates, %d runs refused by the destination",
+		label, committed, time.Since(started).Round(time.Millisecond), deliveries, duplicates, fenced)
 	terms, most := 0, 0
 	for _, e := range es {
 		if e.Kind == kindGranted {
@@ -481,10 +627,12 @@ func lostEntries(es []event) []string {
 	return lost
 }
 
-func outboxCounts(es []event) (committed, deliveries, duplicates int) {
+func outboxCounts(es []event) (committed, deliveries, duplicates, fenced int) {
 	seen := map[string]bool{}
 	for _, e := range es {
 		switch e.Kind {
+		case kindFenced:
+			fenced++
 		case kindCommitted:
 			committed++
 		case kindDelivered:
@@ -495,7 +643,7 @@ func outboxCounts(es []event) (committed, deliveries, duplicates int) {
 			seen[e.ID] = true
 		}
 	}
-	return committed, deliveries, duplicates
+	return committed, deliveries, duplicates, fenced
 }
 
 // repeatsPerTerm counts, for each leadership term (the token it delivered

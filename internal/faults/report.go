@@ -40,7 +40,9 @@ const (
 	kindBelief    = "belief"    // Role, Held, Token, Since
 	kindCommitted = "committed" // ID: an entry whose transaction committed
 	kindRolled    = "rolled"    // ID: an entry whose transaction rolled back
-	kindDelivered = "delivered" // ID, XID, Token: a processor delivered it
+	kindDelivered = "delivered" // ID, XID, Token: the destination accepted it (At: when it was sent)
+	kindFenced    = "fenced"    // Token: the destination refused a run under this token
+	kindGranted   = "granted"   // Token: a driver child became leader (Since: its Acquire began)
 	kindReady     = "ready"     // the child is up
 )
 
@@ -52,6 +54,9 @@ type collector struct {
 	mu     sync.Mutex
 	events []event
 	conns  []net.Conn
+	// granted is the highest token of the grants reported so far, which
+	// the outbox's fencing destination refuses to go below.
+	granted uint64
 }
 
 func newCollector(t *testing.T) *collector {
@@ -95,6 +100,9 @@ func (c *collector) read(conn net.Conn) {
 		}
 		c.mu.Lock()
 		c.events = append(c.events, e)
+		if e.Kind == kindGranted {
+			c.granted = max(c.granted, e.Token)
+		}
 		c.mu.Unlock()
 	}
 }

@@ -266,18 +266,26 @@ RETURNING key, value`
 // Enqueue racing the uncommitted park would pass the dead-letter check,
 // wait on the primary key, and succeed when the park committed, leaving
 // the id in both tables.
+func outboxParkSQL(t, d string) string {
+	return parkSQL(t, d, `
+WHERE (o.xid, o.id) > ($3::xid8, $4::uuid)
+  AND (o.xid, o.id) <= ($5::xid8, $6::uuid)`)
+}
+
+// parkSQL is the park of both sources (outboxParkSQL, outboxParkLogSQL):
+// the parked entries $1 of the quoted outbox table t that where admits,
+// copied to the dead letters d with their reasons $2.
 //
 // A dead letter that already has the id (possible only for rows written
 // around Enqueue, or by a version before parking copied) is replaced by
 // the newer entry rather than failing every settlement on the primary
-// key; the error says so.
-func outboxParkSQL(t, d string) string {
+// key; the error says so. A replaced row counts as one, so the caller's
+// row count still tells only whether every entry was there.
+func parkSQL(t, d, where string) string {
 	return `INSERT INTO ` + d + ` AS dl (id, xid, lane, payload, trace_context, error)
 SELECT o.id, o.xid, o.lane, o.payload, o.trace_context, p.error
 FROM unnest($1::uuid[], $2::text[]) AS p (id, error)
-JOIN ` + t + ` AS o ON o.id = p.id
-WHERE (o.xid, o.id) > ($3::xid8, $4::uuid)
-  AND (o.xid, o.id) <= ($5::xid8, $6::uuid)
+JOIN ` + t + ` AS o ON o.id = p.id` + where + `
 ON CONFLICT (id) DO UPDATE SET xid = excluded.xid, lane = excluded.lane, payload = excluded.payload,
     trace_context = excluded.trace_context,
     error = excluded.error || ' (this replaced a dead letter with the same id, parked at ' || dl.parked_at::text || ')',

@@ -199,16 +199,11 @@ SELECT EXISTS (SELECT 1 FROM won), (SELECT active_pid FROM ended)`
 
 // outboxParkLogSQL copies parked entries of the quoted outbox table t to
 // the dead letters d. Parameters: $1 ids, $2 reasons. Rows carry no log
-// position, so unlike the walk's park it cannot check a range; it takes
-// only entries that are no dead letter yet, and the caller compares the
-// row count with the entries it asked for.
-func outboxParkLogSQL(t, d string) string {
-	return `INSERT INTO ` + d + ` (id, xid, lane, payload, trace_context, error)
-SELECT o.id, o.xid, o.lane, o.payload, o.trace_context, p.error
-FROM unnest($1::uuid[], $2::text[]) AS p (id, error)
-JOIN ` + t + ` AS o ON o.id = p.id
-WHERE NOT EXISTS (SELECT 1 FROM ` + d + ` AS dl WHERE dl.id = o.id)`
-}
+// position, so unlike the walk's park it cannot check a range: it takes
+// every entry the outbox holds, and the caller compares the row count with
+// the entries it asked for. A dead letter with the id of one is replaced
+// by it, as on the walk (parkSQL).
+func outboxParkLogSQL(t, d string) string { return parkSQL(t, d, "") }
 
 // SettleLog implements outbox.LogStore in one READ COMMITTED transaction,
 // as Settle does for the walk: lock and compare the stored log position,
@@ -244,7 +239,7 @@ func (s *OutboxLogStore) SettleLog(ctx context.Context, st outbox.LogSettlement)
 			return s.a.MapError(AreaSettle, "park", err)
 		}
 		if n != int64(len(ids)) {
-			return s.a.errorf("outbox settle log: %d of the %d entries to park are in the outbox and not parked before; nothing was written", n, len(ids))
+			return s.a.errorf("outbox settle log: %d of the %d entries to park are in the outbox; nothing was written", n, len(ids))
 		}
 	}
 	lsn, seq := outbox.LogPositionState(st.To)
