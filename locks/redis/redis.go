@@ -276,9 +276,7 @@ func (l *Lock) waitOutRestart(ctx context.Context, ttl time.Duration, uptime int
 	if uptime < 0 {
 		return nil
 	}
-	// uptime is whole seconds, rounded down: the server has been up at
-	// least that long.
-	left := ttl - time.Duration(uptime)*time.Second
+	left := restartWait(ttl, uptime)
 	if left <= 0 {
 		return nil
 	}
@@ -295,6 +293,17 @@ func (l *Lock) waitOutRestart(ctx context.Context, ttl time.Duration, uptime int
 		_, _ = l.del(context.WithoutCancel(ctx))
 		return ctx.Err()
 	}
+}
+
+// restartWait is how long an acquisition that found the fence counter
+// missing waits, on a server that reported uptime seconds (>= 0), until
+// the server has surely been up for ttl. Redis computes uptime_in_seconds
+// as the difference of two clock readings each cut to whole seconds, so it
+// can read 1 a few milliseconds after the start: the server has been up
+// more than uptime − 1 seconds, and no longer surely uptime.
+func restartWait(ttl time.Duration, uptime int64) time.Duration {
+	up := max(uptime-1, 0)
+	return ttl - time.Duration(up)*time.Second
 }
 
 // randomValue is the unique value an acquisition stores in the lock key.
