@@ -27,12 +27,13 @@ func projectionError(op string, err error) error {
 // scanOutboxEntry decodes one row of the scan statement.
 func scanOutboxEntry(row pgx.CollectableRow) (outbox.Entry, error) {
 	var (
-		e  outbox.Entry
-		id pgtype.UUID
-		tc pgtype.Text
+		e       outbox.Entry
+		id      pgtype.UUID
+		tc      pgtype.Text
+		payload []byte
 	)
-	err := row.Scan(&e.XID, &id, &e.Lane, &e.Payload, &e.CreatedAt, &tc)
-	e.ID = outbox.ID(id.Bytes)
+	err := row.Scan(&e.XID, &id, &e.Lane, &payload, &e.CreatedAt, &tc)
+	e.ID, e.Payload = outbox.ID(id.Bytes), payload
 	if tc.Valid {
 		e.TraceContext = outbox.DecodeTraceContext(tc.String)
 	}

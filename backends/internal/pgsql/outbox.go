@@ -438,16 +438,20 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 	)
 	for outbox.ScanHasRoom(taken) && rows.Next() {
 		var (
-			e  outbox.Entry
-			id pgtype.UUID
-			tc pgtype.Text
+			e       outbox.Entry
+			id      pgtype.UUID
+			tc      pgtype.Text
+			payload []byte
 		)
 		// xid8 arrives as the full unsigned 64 bits (epoch and xid), so
-		// values above 2^63 arrive intact.
-		if err := rows.Scan(&e.XID, &id, &e.Lane, &e.Payload, &e.CreatedAt, &tc); err != nil {
+		// values above 2^63 arrive intact. The payload is scanned as bytes:
+		// jsonb holds only valid JSON, and scanning into a json.RawMessage
+		// would validate every payload again (a third of a no-op relay's
+		// CPU).
+		if err := rows.Scan(&e.XID, &id, &e.Lane, &payload, &e.CreatedAt, &tc); err != nil {
 			return nil, s.a.MapError(AreaOutbox, "scan", err)
 		}
-		e.ID, e.TraceContext = outbox.ID(id.Bytes), decodeTraceContext(tc)
+		e.ID, e.Payload, e.TraceContext = outbox.ID(id.Bytes), payload, decodeTraceContext(tc)
 		entries = append(entries, e)
 		taken += len(e.Payload)
 	}
