@@ -149,6 +149,7 @@ type overviewView struct {
 	Health      outbox.Health
 	Failing     bool
 	Counted     bool
+	FromLog     bool // the outbox is read from the log: no cursor to count above
 	Pending     count
 	DeadWaiting count
 	Driver      *health.Status
@@ -176,7 +177,7 @@ func (c *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Health, v.Failing = hl, hl.Failing()
 	if counter, ok := c.opts.Outbox.(outbox.Counter); ok {
-		if v.Pending, v.DeadWaiting, err = backlog(ctx, c.opts.Outbox, counter); err != nil {
+		if v.Pending, v.DeadWaiting, v.FromLog, err = backlog(ctx, c.opts.Outbox, counter); err != nil {
 			c.storeFailed(w, r, "counting the backlog", err)
 			return
 		}
@@ -200,23 +201,28 @@ func (c *Handler) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 // backlog counts the entries after the stored cursor and the dead letters
-// waiting, as the driver's backlog sample does.
-func backlog(ctx context.Context, s outbox.Store, counter outbox.Counter) (pending, dead count, err error) {
+// waiting, as the driver's backlog sample does; like it, it counts no
+// pending entries for an outbox read from the log (fromLog), whose stored
+// cursor no longer moves: its backlog is the slot's.
+func backlog(ctx context.Context, s outbox.Store, counter outbox.Counter) (pending, dead count, fromLog bool, err error) {
 	st, err := s.State(ctx)
 	if err != nil {
-		return count{}, count{}, err
+		return count{}, count{}, false, err
+	}
+	if dead.N, err = counter.CountDead(ctx, outbox.BacklogLimit); err != nil {
+		return count{}, count{}, false, err
+	}
+	if st[outbox.KeySource] == outbox.SourceLogical {
+		return count{}, dead, true, nil
 	}
 	cur, err := outbox.CursorFromState(st)
 	if err != nil {
-		return count{}, count{}, err
+		return count{}, count{}, false, err
 	}
 	if pending.N, err = counter.CountPending(ctx, cur, outbox.BacklogLimit); err != nil {
-		return count{}, count{}, err
+		return count{}, count{}, false, err
 	}
-	if dead.N, err = counter.CountDead(ctx, outbox.BacklogLimit); err != nil {
-		return count{}, count{}, err
-	}
-	return pending, dead, nil
+	return pending, dead, false, nil
 }
 
 // The leases, by partition set.

@@ -627,3 +627,28 @@ func TestAPI_TheJSONRoutesServeScriptsAndRefuseForms(t *testing.T) {
 		t.Errorf("a JSON bulk requeue: %d %s", r.code, r.body)
 	}
 }
+
+func TestOverview_CountsNoPendingEntriesForAnOutboxReadFromTheLog(t *testing.T) {
+	// The stored cursor of an outbox read from the log no longer moves:
+	// counting above it would show every entry since the switch as
+	// undelivered.
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	f.park("graph.metadata", `{}`, "no processor for lane graph.metadata")
+	for range 3 {
+		f.enqueue("graph.init")
+	}
+	st, _ := f.out.State(ctx)
+	from, _ := outbox.CursorFromState(st)
+	logical := outbox.SourceLogical
+	if err := f.out.Settle(ctx, outbox.Settlement{From: from, To: from, State: map[string]*string{outbox.KeySource: &logical}}); err != nil {
+		t.Fatal(err)
+	}
+	body := f.page(prefix + "/")
+	if !strings.Contains(body, `<td id="pending"><span class="muted">read from the log`) {
+		t.Errorf("the overview of an outbox read from the log counts pending entries:\n%s", body)
+	}
+	if !strings.Contains(body, `<td id="dead-waiting"><span class="big warn">1</span>`) {
+		t.Errorf("the overview lost the dead letters waiting:\n%s", body)
+	}
+}

@@ -392,12 +392,9 @@ func deadOrder(a, b *outbox.DeadLetter) int {
 // an error wrapping outbox.ErrNotFound, rather than an empty page that
 // would look like the end of the listing.
 func (s *OutboxStore) ListDead(ctx context.Context, opts outbox.ListOptions) ([]outbox.DeadLetter, error) {
-	limit := opts.Limit
-	switch {
-	case limit == 0:
-		limit = outbox.DefaultListLimit
-	case limit < 0 || limit > outbox.MaxListLimit:
-		return nil, fmt.Errorf("baton/memory: list dead letters: limit is %d; it must be between 1 and %d (0 for %d)", limit, outbox.MaxListLimit, outbox.DefaultListLimit)
+	limit, err := opts.PageLimit()
+	if err != nil {
+		return nil, fmt.Errorf("baton/memory: list dead letters: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

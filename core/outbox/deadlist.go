@@ -57,9 +57,9 @@ func ListDeadMatching(ctx context.Context, s Store, opts ListOptions, f DeadFilt
 	if f == (DeadFilter{}) {
 		return s.ListDead(ctx, opts)
 	}
-	limit := opts.Limit
-	if limit == 0 {
-		limit = DefaultListLimit
+	limit, err := opts.PageLimit()
+	if err != nil {
+		return nil, fmt.Errorf("baton/outbox: list dead letters: %w", err)
 	}
 	var out []DeadLetter
 	page := ListOptions{Limit: MaxListLimit, Before: opts.Before}

@@ -172,3 +172,18 @@ func TestAdmin_FiltersTheListingByLaneAndState(t *testing.T) {
 		t.Errorf("GET /dead?state=parked: %d %v, want 400", code, body)
 	}
 }
+
+func TestListDeadMatching_RefusesTheLimitsListDeadRefuses(t *testing.T) {
+	ctx := context.Background()
+	s := newMemory(t)
+	parkMany(t, s, "graph.metadata", 3)
+	f := outbox.DeadFilter{Lane: "graph.metadata"}
+	for _, limit := range []int{-1, outbox.MaxListLimit + 1} {
+		if _, err := s.ListDead(ctx, outbox.ListOptions{Limit: limit}); err == nil {
+			t.Fatalf("ListDead with limit %d succeeded; the test proves nothing", limit)
+		}
+		if got, err := outbox.ListDeadMatching(ctx, s, outbox.ListOptions{Limit: limit}, f); err == nil {
+			t.Fatalf("ListDeadMatching with limit %d listed %d dead letters; want the error ListDead gives", limit, len(got))
+		}
+	}
+}

@@ -116,6 +116,19 @@ const (
 	MaxListLimit     = 1000
 )
 
+// PageLimit is the page size o asks for: Limit, or DefaultListLimit for 0.
+// A Limit below 0 or above MaxListLimit is an error (rule O34), which
+// ListDead and ListDeadMatching return as they are.
+func (o ListOptions) PageLimit() (int, error) {
+	switch {
+	case o.Limit == 0:
+		return DefaultListLimit, nil
+	case o.Limit < 0 || o.Limit > MaxListLimit:
+		return 0, fmt.Errorf("ListOptions.Limit is %d; it must be 0 (the default, %d) to %d", o.Limit, DefaultListLimit, MaxListLimit)
+	}
+	return o.Limit, nil
+}
+
 // MaxScanBytes bounds the payloads one Scan or one LogReader.Read returns,
 // 8 MiB: a store stops adding entries once those it has taken total
 // MaxScanBytes or more, counted as the payloads it returns (ScanHasRoom).

@@ -122,11 +122,9 @@ func traceContextParam(tc outbox.TraceContext) any {
 	return tc.Encode()
 }
 
-// decodeTraceContext reads a trace_context column; NULL is none.
+// decodeTraceContext reads a trace_context column; NULL (and so "") is
+// none.
 func decodeTraceContext(v pgtype.Text) outbox.TraceContext {
-	if !v.Valid {
-		return outbox.TraceContext{}
-	}
 	return outbox.DecodeTraceContext(v.String)
 }
 
@@ -309,9 +307,11 @@ WHERE s.value IS DISTINCT FROM excluded.value`
 // outboxLockCursorRowsSQL locks the two cursor keys of the quoted state
 // table st where they are stored, inserting nothing: the first statement
 // of a settlement sent at once (settleAtOnce). Parameters: $1 and $2 the
-// keys.
+// keys. It locks $1's row first, as outboxLockCursorSQL does, so a
+// settlement sent at once and a full one never lock them in opposite
+// orders.
 func outboxLockCursorRowsSQL(st string) string {
-	return `SELECT key FROM ` + st + ` WHERE key IN ($1, $2) FOR UPDATE`
+	return `SELECT key FROM ` + st + ` WHERE key IN ($1, $2) ORDER BY key <> $1 FOR UPDATE`
 }
 
 // outboxWriteStateIfSQL is outboxWriteStateSQL guarded by a compare of
@@ -446,8 +446,7 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 		// xid8 arrives as the full unsigned 64 bits (epoch and xid), so
 		// values above 2^63 arrive intact. The payload is scanned as bytes:
 		// jsonb holds only valid JSON, and scanning into a json.RawMessage
-		// would validate every payload again (a third of a no-op relay's
-		// CPU).
+		// would make pgx validate every payload again.
 		if err := rows.Scan(&e.XID, &id, &e.Lane, &payload, &e.CreatedAt, &tc); err != nil {
 			return nil, s.a.MapError(AreaOutbox, "scan", err)
 		}
@@ -644,18 +643,11 @@ func (s *OutboxStore) NextXID(ctx context.Context) (uint64, error) {
 // the pages): the latter is an error wrapping outbox.ErrNotFound, rather
 // than an empty page that pretends the listing ended.
 func (s *OutboxStore) ListDead(ctx context.Context, opts outbox.ListOptions) ([]outbox.DeadLetter, error) {
-	limit := opts.Limit
-	switch {
-	case limit == 0:
-		limit = outbox.DefaultListLimit
-	case limit < 0 || limit > outbox.MaxListLimit:
-		return nil, s.a.errorf("outbox list dead letters: ListOptions.Limit is %d; it must be 0 (the default, %d) to %d",
-			opts.Limit, outbox.DefaultListLimit, outbox.MaxListLimit)
+	limit, err := opts.PageLimit()
+	if err != nil {
+		return nil, s.a.errorf("outbox list dead letters: %w", err)
 	}
-	var (
-		rows Rows
-		err  error
-	)
+	var rows Rows
 	if opts.Before.IsNil() {
 		rows, err = s.db.Query(ctx, s.sql.ListDead, limit)
 	} else {
