@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -89,7 +90,7 @@ var outboxLogVariants = []outboxLogVariant{
 		readerWrap(func(_ *memory.OutboxStore, r outbox.LogReader) outbox.LogReader {
 			return readFunc{r, func(ctx context.Context, after outbox.LogPosition, limit int, wait time.Duration) (outbox.LogBatch, error) {
 				b, err := r.Read(ctx, after, limit, wait)
-				slices.SortStableFunc(b.Entries, func(x, y outbox.LogEntry) int { return compareU64(x.XID, y.XID) })
+				slices.SortStableFunc(b.Entries, func(x, y outbox.LogEntry) int { return cmp.Compare(x.XID, y.XID) })
 				return b, err
 			}}
 		})},
@@ -222,16 +223,6 @@ var outboxLogVariants = []outboxLogVariant{
 			h.Store = walkUsedIDRefused{st}
 			return h
 		}},
-}
-
-func compareU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // readPastBudget reads on until the limit, as a reader that counts entries

@@ -225,7 +225,6 @@ func TestLeaseStore_WatchReleasesReturnsConnectionErrors(t *testing.T) {
 	}
 }
 
-// queryCounter counts the statements a pool sends.
 // queryCounter counts what a pool sends: every statement sent on its own
 // and every batch is one round trip.
 type queryCounter struct{ n atomic.Int64 }

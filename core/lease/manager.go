@@ -100,7 +100,7 @@ func (m *Manager) Register(role string) (*Lease, error) {
 
 // PartitionRole is the role name of partition i of the named partition set.
 func PartitionRole(name string, i int) string {
-	return name + ":partition-" + strconv.Itoa(i)
+	return name + partitionInfix + strconv.Itoa(i)
 }
 
 // MaxPartitions bounds RegisterPartition's count.

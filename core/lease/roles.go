@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,7 +43,7 @@ func CompareRoles(a, b string) int {
 			ei, ej := digitsEnd(a, i), digitsEnd(b, j)
 			na, nb := strings.TrimLeft(a[i:ei], "0"), strings.TrimLeft(b[j:ej], "0")
 			if len(na) != len(nb) {
-				return cmpInt(len(na), len(nb))
+				return cmp.Compare(len(na), len(nb))
 			}
 			if c := strings.Compare(na, nb); c != 0 {
 				return c
@@ -51,11 +52,11 @@ func CompareRoles(a, b string) int {
 			continue
 		}
 		if a[i] != b[j] {
-			return cmpInt(int(a[i]), int(b[j]))
+			return cmp.Compare(int(a[i]), int(b[j]))
 		}
 		i, j = i+1, j+1
 	}
-	if c := cmpInt(len(a)-i, len(b)-j); c != 0 {
+	if c := cmp.Compare(len(a)-i, len(b)-j); c != 0 {
 		return c
 	}
 	return strings.Compare(a, b)
@@ -68,16 +69,6 @@ func digitsEnd(s string, i int) int {
 		i++
 	}
 	return i
-}
-
-func cmpInt(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // partitionInfix separates a partition set's name from the partition

@@ -70,8 +70,9 @@ func ReadHealth(ctx context.Context, s Store) (Health, error) {
 	return h, nil
 }
 
-// deadLetterJSON is a dead letter as the admin handler shows it.
-type deadLetterJSON struct {
+// DeadLetterJSON is a dead letter as the admin handler shows it, and as
+// baton's CLI prints it with --json.
+type DeadLetterJSON struct {
 	ID         ID              `json:"id"`
 	XID        string          `json:"xid"` // a string: xids exceed JSON's safe integers
 	Lane       string          `json:"lane"`
@@ -82,8 +83,9 @@ type deadLetterJSON struct {
 	Payload    json.RawMessage `json:"payload,omitempty"`
 }
 
-func toJSON(d DeadLetter) deadLetterJSON {
-	out := deadLetterJSON{
+// JSON is d as DeadLetterJSON.
+func (d DeadLetter) JSON() DeadLetterJSON {
+	out := DeadLetterJSON{
 		ID: d.ID, XID: strconv.FormatUint(d.XID, 10), Lane: d.Lane, Error: d.Error, ParkedAt: d.ParkedAt,
 	}
 	if !d.RequeuedAs.IsNil() {
@@ -192,10 +194,10 @@ func (a *admin) list(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	out := make([]deadLetterJSON, len(dead))
+	out := make([]DeadLetterJSON, len(dead))
 	for i, d := range dead {
 		d.Payload = nil // listings never carry payloads
-		out[i] = toJSON(d)
+		out[i] = d.JSON()
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out})
 }
@@ -210,7 +212,7 @@ func (a *admin) show(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toJSON(d))
+	writeJSON(w, http.StatusOK, d.JSON())
 }
 
 func (a *admin) requeue(w http.ResponseWriter, r *http.Request) {

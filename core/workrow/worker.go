@@ -405,13 +405,7 @@ func (r *run[K, R]) endTogether(b *batch[K, R]) {
 		r.finMu.Unlock()
 		errs := finalizeTogether(r.ctx, r.finalizer, group)
 		for i, g := range group {
-			if err := g.releaseUnstarted(r.ctx); err != nil {
-				g.addErr(err)
-			}
-			if errs[i] != nil {
-				g.addErr(errs[i])
-			}
-			g.err = g.joinedErrs()
+			g.err = g.finish(r.ctx, errs[i])
 			r.ended(g)
 		}
 		r.finMu.Lock()
@@ -530,8 +524,14 @@ func (b *batch[K, R]) rowDone() bool {
 // finalizes the outcomes left and releases the rows never started.
 func (b *batch[K, R]) end(ctx context.Context) error {
 	b.stopKeeper()
-	if err := b.flush(ctx); err != nil {
-		b.addErr(err)
+	return b.finish(ctx, b.flush(ctx))
+}
+
+// finish ends a batch whose last flush returned flushErr: it releases the
+// rows never started and returns every error the batch met.
+func (b *batch[K, R]) finish(ctx context.Context, flushErr error) error {
+	if flushErr != nil {
+		b.addErr(flushErr)
 	}
 	if err := b.releaseUnstarted(ctx); err != nil {
 		b.addErr(err)

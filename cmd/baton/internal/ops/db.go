@@ -41,6 +41,25 @@ func (d *database) table(name string) string {
 // open connects and resolves the schema: --schema, or the connection's
 // current schema. The schema must exist.
 func (t Target) open(ctx context.Context) (*database, error) {
+	db, err := t.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	exists, err := SchemaExists(ctx, db.pool, db.schema)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if !exists {
+		db.Close()
+		return nil, cli.Usagef("schema %q does not exist; create baton's tables with: baton migrate --schema %s", db.schema, db.schema)
+	}
+	return db, nil
+}
+
+// connect is open for the commands that may create the schema: it need
+// not exist yet.
+func (t Target) connect(ctx context.Context) (*database, error) {
 	pool, err := cli.OpenPool(ctx, t.URL, "--postgres")
 	if err != nil {
 		return nil, err
@@ -49,15 +68,6 @@ func (t Target) open(ctx context.Context) (*database, error) {
 	if err != nil {
 		pool.Close()
 		return nil, err
-	}
-	exists, err := SchemaExists(ctx, pool, schema)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	if !exists {
-		pool.Close()
-		return nil, cli.Usagef("schema %q does not exist; create baton's tables with: baton migrate --schema %s", schema, schema)
 	}
 	return &database{pool: pool, schema: schema}, nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"time"
 
 	"github.com/baton-go/baton/backends/pgxstore"
 	"github.com/baton-go/baton/core/outbox"
@@ -156,30 +155,9 @@ func OutboxStatus(ctx context.Context, out io.Writer, target Target) error {
 	return nil
 }
 
-// DeadJSON is a dead letter as the commands print it with --json; the
-// same fields as the admin handler's GET /dead.
-type DeadJSON struct {
-	ID         outbox.ID       `json:"id"`
-	XID        string          `json:"xid"` // a string: xids exceed JSON's safe integers
-	Lane       string          `json:"lane"`
-	Error      string          `json:"error"`
-	ParkedAt   time.Time       `json:"parked_at"`
-	RequeuedAs *outbox.ID      `json:"requeued_as"`
-	RequeuedAt *time.Time      `json:"requeued_at"`
-	Payload    json.RawMessage `json:"payload,omitempty"`
-}
-
-func toDeadJSON(d outbox.DeadLetter) DeadJSON {
-	out := DeadJSON{ID: d.ID, XID: strconv.FormatUint(d.XID, 10), Lane: d.Lane, Error: d.Error, ParkedAt: d.ParkedAt}
-	if !d.RequeuedAs.IsNil() {
-		r, at := d.RequeuedAs, d.RequeuedAt
-		out.RequeuedAs, out.RequeuedAt = &r, &at
-	}
-	if d.Payload != nil {
-		out.Payload = json.RawMessage(d.Payload)
-	}
-	return out
-}
+// DeadJSON is a dead letter as the commands print it with --json: the
+// admin API's form.
+type DeadJSON = outbox.DeadLetterJSON
 
 // DeadList lists one page of dead letters, newest parked first, without
 // payloads (baton outbox dead list).
@@ -199,7 +177,7 @@ func DeadList(ctx context.Context, out io.Writer, target Target, opts outbox.Lis
 	if target.JSON {
 		rows := make([]DeadJSON, len(list))
 		for i, d := range list {
-			rows[i] = toDeadJSON(d)
+			rows[i] = d.JSON()
 		}
 		return writeJSON(out, rows)
 	}
@@ -243,7 +221,7 @@ func DeadShow(ctx context.Context, out io.Writer, target Target, id outbox.ID) e
 		return fmt.Errorf("read dead letter %s: %w", id, err)
 	}
 	if target.JSON {
-		return writeJSON(out, toDeadJSON(d))
+		return writeJSON(out, d.JSON())
 	}
 	t := newTable(out)
 	t.row("id", d.ID.String())

@@ -126,15 +126,12 @@ type MigrateReport struct {
 // MigrateDryRun says what Migrate would do, read-only (baton migrate
 // --dry-run).
 func MigrateDryRun(ctx context.Context, out io.Writer, target Target) error {
-	pool, err := cli.OpenPool(ctx, target.URL, "--postgres")
+	db, err := target.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	schema, err := resolveSchema(ctx, pool, target.Schema)
-	if err != nil {
-		return err
-	}
+	defer db.Close()
+	pool, schema := db.pool, db.schema
 	rep, err := schemaState(ctx, pool, schema)
 	if err != nil {
 		return err
@@ -177,15 +174,12 @@ func MigrateDryRun(ctx context.Context, out io.Writer, target Target) error {
 // Migrate applies the migrations the schema has not recorded, creating the
 // schema when it does not exist (baton migrate).
 func Migrate(ctx context.Context, out io.Writer, target Target) error {
-	pool, err := cli.OpenPool(ctx, target.URL, "--postgres")
+	db, err := target.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	schema, err := resolveSchema(ctx, pool, target.Schema)
-	if err != nil {
-		return err
-	}
+	defer db.Close()
+	pool, schema := db.pool, db.schema
 	before, err := ReadMigrations(ctx, pool, schema)
 	if err != nil {
 		return err
