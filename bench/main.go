@@ -345,9 +345,12 @@ func enqueueCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 				{Of: baton.Name, Over: plain.Name, Kind: benchkit.Cost, Goal: 1.10},
 				{Of: baton.Name, Over: peer.Name, Kind: benchkit.Cost},
 				// Where the cost over the plain INSERT goes: the outbox's
-				// shape, or the dead-letter check.
+				// shape, then Enqueue's statement over it, of which the
+				// dead-letter check (Enqueue without the signal's check
+				// over the plain INSERT of the same shape).
 				{Of: shaped.Name, Over: plain.Name, Kind: benchkit.Cost},
 				{Of: baton.Name, Over: shaped.Name, Kind: benchkit.Cost},
+				{Of: unsignalled.Name, Over: shaped.Name, Kind: benchkit.Cost},
 				// What the signal's check costs a producer with nobody
 				// listening; what signalling costs while a leader
 				// listens, and what a NOTIFY in every commit would.

@@ -43,6 +43,13 @@
 //	settle   one transaction: cursor compare-and-set from the pass's start,
 //	         parked entries copied to the dead letters, state stamps upserted
 //
+// A busy walk reads ahead: while a full batch settles, the scan of the next
+// one, from the cursor the settlement moves to, runs beside it, so the
+// walk waits for the settlement's commit and the next scan at once. The
+// batch read ahead is delivered only once the settlement has committed;
+// if it fails, or the term ends, the batch is dropped (a scan writes
+// nothing). At most two batches are in hand, so up to twice MaxScanBytes.
+//
 // Before every run and every settlement the leader asks its lock
 // Trusted(), synchronously on the monotonic clock (Lost is closed by a
 // timer, which a goroutine resumed after a pause can outrun); a pass whose

@@ -66,6 +66,61 @@ type walkFeed struct {
 
 	// timeout bounds each call to s (Config.StoreTimeout).
 	timeout time.Duration
+
+	// readAhead is set in walk mode: while a full batch settles, the next
+	// one is read (ahead), so a busy walk waits for the settlement's
+	// commit and the next scan at once, not one after the other.
+	readAhead bool
+	ahead     *nextBatch
+}
+
+// nextBatch is a scan read ahead from the cursor a settlement moves to.
+// Scanning writes nothing, so a batch read ahead that turns out unwanted
+// (the settlement failed, the term ended) is just dropped.
+type nextBatch struct {
+	from    Cursor
+	limit   int
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when entries and err are set
+	entries []Entry
+	err     error
+}
+
+// readNext starts reading the batch after from, on a goroutine that drop
+// or take waits for.
+func (w *walkFeed) readNext(ctx context.Context, from Cursor, limit int) {
+	ctx, cancel := context.WithCancel(ctx)
+	a := &nextBatch{from: from, limit: limit, cancel: cancel, done: make(chan struct{})}
+	go func() { // owned: take or drop waits for it
+		defer close(a.done)
+		a.entries, a.err = withinValue(ctx, w.timeout, func(ctx context.Context) ([]Entry, error) { return w.s.Scan(ctx, from, limit) })
+	}()
+	w.ahead = a
+}
+
+// take returns the batch read ahead, when there is one from the cursor
+// with this limit that succeeded; any other is dropped.
+func (w *walkFeed) take(limit int) ([]Entry, bool) {
+	a := w.ahead
+	if a == nil {
+		return nil, false
+	}
+	w.ahead = nil
+	<-a.done
+	a.cancel()
+	if a.err != nil || a.from != w.cur || a.limit != limit {
+		return nil, false // scanned again: a failed read ahead is not the scan's answer
+	}
+	return a.entries, true
+}
+
+// drop ends a read ahead that will not be used, and waits for it.
+func (w *walkFeed) drop() {
+	if a := w.ahead; a != nil {
+		w.ahead = nil
+		a.cancel()
+		<-a.done
+	}
 }
 
 func (w *walkFeed) load(ctx context.Context, st map[string]string) error {
@@ -78,6 +133,7 @@ func (w *walkFeed) load(ctx context.Context, st map[string]string) error {
 			return err
 		}
 	}
+	w.drop()
 	w.cur, w.checkCounter, w.batch = cur, true, nil
 	return nil
 }
@@ -97,6 +153,10 @@ func (w *walkFeed) scan(ctx context.Context, limit int) ([]Entry, error) {
 		}
 		w.checkCounter, w.counterAt = false, time.Now()
 	}
+	if entries, ok := w.take(limit); ok {
+		w.batch, w.limit = entries, limit
+		return entries, nil
+	}
 	entries, err := withinValue(ctx, w.timeout, func(ctx context.Context) ([]Entry, error) { return w.s.Scan(ctx, w.cur, limit) })
 	if err != nil {
 		return nil, fmt.Errorf("scan: %w", err)
@@ -114,7 +174,15 @@ func (w *walkFeed) settle(ctx context.Context, n int, all bool, park []Parked, s
 		to = w.batch[n-1].Cursor()
 	}
 	settlement := Settlement{From: w.cur, To: to, Park: park, State: state}
+	if w.readAhead && all && (len(w.batch) == w.limit || !ScanHasRoom(ScanBytes(w.batch))) {
+		// A full batch: more is likely waiting, so the next pass's scan
+		// runs beside this settlement. It starts from to, where the
+		// cursor is once the settlement commits; if it does not, the
+		// batch read ahead is dropped.
+		w.readNext(ctx, to, w.limit)
+	}
 	if err := within(ctx, w.timeout, func(ctx context.Context) error { return w.s.Settle(ctx, settlement) }); err != nil {
+		w.drop()
 		return err
 	}
 	w.cur = to
@@ -126,7 +194,7 @@ func (w *walkFeed) settle(ctx context.Context, n int, all bool, park []Parked, s
 
 func (w *walkFeed) idleDelay(d time.Duration) time.Duration { return d }
 
-func (w *walkFeed) close(context.Context) {}
+func (w *walkFeed) close(context.Context) { w.drop() }
 
 // caughtUp reports whether the last settled batch was all of what lay
 // below the horizon: not full, and settled whole.

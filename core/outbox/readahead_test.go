@@ -1,0 +1,194 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/baton-go/baton/backends/memory"
+	"github.com/baton-go/baton/core/outbox"
+)
+
+// scanLog is a memory store that records every scan's cursor, and can hold
+// a settlement until a scan from the cursor it settles at has begun, or
+// fail settlements on demand.
+type scanLog struct {
+	*memory.OutboxStore
+	mu     sync.Mutex
+	afters []outbox.Cursor
+	begun  chan outbox.Cursor // if set, receives each scan's cursor as it begins
+	// hold is the count of settlements still to hold until a scan from
+	// their To has begun (begun must then be buffered).
+	hold     int
+	failNext int // settlements still to fail
+}
+
+func (s *scanLog) Scan(ctx context.Context, after outbox.Cursor, limit int) ([]outbox.Entry, error) {
+	s.mu.Lock()
+	s.afters = append(s.afters, after)
+	begun := s.begun
+	s.mu.Unlock()
+	if begun != nil {
+		select {
+		case begun <- after:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.OutboxStore.Scan(ctx, after, limit)
+}
+
+var errSettleFailed = errors.New("could not write the outbox state: connection reset by peer")
+
+func (s *scanLog) Settle(ctx context.Context, st outbox.Settlement) error {
+	s.mu.Lock()
+	hold, fail := s.hold > 0, s.failNext > 0
+	if hold {
+		s.hold--
+	}
+	if fail {
+		s.failNext--
+	}
+	s.mu.Unlock()
+	if hold {
+		// Virtual time: the minute passes at once when nothing else can
+		// run, that is when no scan from st.To was started beside this.
+		deadline := time.After(time.Minute)
+		for {
+			select {
+			case after := <-s.begun:
+				if after == st.To {
+					return s.OutboxStore.Settle(ctx, st)
+				}
+			case <-deadline:
+				return errors.New("settled with no scan from its cursor in flight")
+			}
+		}
+	}
+	if fail {
+		return errSettleFailed
+	}
+	return s.OutboxStore.Settle(ctx, st)
+}
+
+func (s *scanLog) scans() []outbox.Cursor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.afters)
+}
+
+// A busy walk reads its next batch while the last one settles, so the
+// settlement's commit and the next scan are waited for at once.
+func TestDriver_ReadsTheNextBatchWhileAFullOneSettles(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		for range 25 {
+			r.commit("a")
+		}
+		s := &scanLog{OutboxStore: r.store, begun: make(chan outbox.Cursor, 100), hold: 2}
+		rec := &recorder{lane: "a"}
+		cfg := r.config(rec)
+		cfg.Store = s
+		stop := r.run(cfg)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		stop()
+		// BatchSize 10: the settlements of the two full batches waited
+		// for the scan of the next. Had one given up, its batch would have
+		// been delivered again.
+		d := rec.delivered()
+		if len(d) != 25 {
+			t.Fatalf("delivered %d entries, want each of the 25 once", len(d))
+		}
+		if got, want := r.cursor(), d[24].Cursor(); got != want {
+			t.Fatalf("cursor %v, want the last entry's %v", got, want)
+		}
+	})
+}
+
+// The batch read ahead is the next pass's scan: each cursor is scanned
+// once while the walk is busy, and none ahead of a batch that was not
+// full.
+func TestDriver_ScansEachCursorOnceWhileBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		for range 35 {
+			r.commit("a")
+		}
+		s := &scanLog{OutboxStore: r.store}
+		rec := &recorder{lane: "a"}
+		cfg := r.config(rec)
+		cfg.Store = s
+		stop := r.run(cfg)
+		time.Sleep(time.Second) // less than IdleDelay: no idle poll yet
+		synctest.Wait()
+		stop()
+		d := rec.delivered()
+		if len(d) != 35 {
+			t.Fatalf("delivered %d of 35 entries", len(d))
+		}
+		want := []outbox.Cursor{{}, d[9].Cursor(), d[19].Cursor(), d[29].Cursor()}
+		if got := s.scans(); !slices.Equal(got, want) {
+			t.Fatalf("scans from %v, want %v", got, want)
+		}
+	})
+}
+
+// A settlement that fails leaves the cursor where it was: the batch read
+// ahead from the cursor it would have moved to is dropped, and the pass
+// after is a scan of the stored cursor, delivering the same entries again.
+func TestDriver_DropsTheBatchReadAheadWhenTheSettlementFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		for range 20 {
+			r.commit("a")
+		}
+		s := &scanLog{OutboxStore: r.store, failNext: 1}
+		rec := &recorder{lane: "a"}
+		cfg := r.config(rec)
+		cfg.Store = s
+		stop := r.run(cfg)
+		time.Sleep(cfg.ErrorDelay + time.Second)
+		synctest.Wait()
+		stop()
+		d := rec.delivered()
+		if len(d) != 30 {
+			t.Fatalf("delivered %d entries, want the first batch twice and the second once (30)", len(d))
+		}
+		if !slices.Equal(ids(d[:10]), ids(d[10:20])) {
+			t.Fatal("after the failed settlement the first batch was not delivered again")
+		}
+		if got := r.cursor(); got != d[29].Cursor() {
+			t.Fatalf("cursor %v, want the last entry's %v", got, d[29].Cursor())
+		}
+	})
+}
+
+// A term that ends while a batch is being read ahead waits for that scan:
+// the driver's Run returns with no goroutine left (goleak, TestMain).
+func TestDriver_EndsTheReadAheadWithTheTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		for range 15 {
+			r.commit("a")
+		}
+		begun := make(chan outbox.Cursor)
+		s := &scanLog{OutboxStore: r.store, begun: begun}
+		rec := &recorder{lane: "a"}
+		cfg := r.config(rec)
+		cfg.Store = s
+		stop := r.run(cfg)
+		<-begun // the first scan
+		synctest.Wait()
+		// The second scan, read ahead beside the first settlement, is
+		// blocked on begun: end the term under it.
+		stop()
+		if got := len(rec.delivered()); got != 10 {
+			t.Fatalf("delivered %d entries, want the first batch (10)", got)
+		}
+	})
+}
