@@ -54,6 +54,7 @@ func logicalCells(ctx context.Context, _ *benchkit.Env, p plan) ([]benchkit.Cell
 		return nil, err
 	}
 	*p.closers = append(*p.closers, l.Close)
+	*p.settings = append(*p.settings, l.CPUSetting())
 
 	var cells []benchkit.Cell
 	for _, batch := range p.relayBatches {

@@ -77,6 +77,9 @@ type plan struct {
 	logicalEntries int
 	// closers run when the measurement ends, after every cell.
 	closers *[]func(context.Context) error
+	// settings are lines for the report that a group knows only once it
+	// is set up.
+	settings *[]string
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -129,6 +132,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		riverSettings: riverSettings{FetchCooldown: *cooldown, FetchPollInterval: *poll},
 		wakeRates:     []float64{10, 500}, wakeCommits: 100, wakeRounds: 3,
 		logicalURL: *pgLogical, logicalEntries: 100_000, closers: new([]func(context.Context) error),
+		settings: new([]string),
 	}
 	if *quick {
 		p.rounds, p.bound, p.relayEntries, p.wmEntries, p.workRows = 1, 250*time.Millisecond, 50_000, 20_000, 10_000
@@ -216,6 +220,7 @@ func measure(ctx context.Context, p plan, selected []string, pgURL, redisAddr st
 			fmt.Fprintf(log, "bench: %s, %s: %v\n", c.Group, c.Name, time.Since(t0).Round(time.Millisecond))
 		}
 	}
+	report.Settings = append(report.Settings, *p.settings...)
 	report.Machine.LoadEnd = benchkit.LoadAverage()
 	fmt.Fprintf(log, "bench: done in %v\n", time.Since(began).Round(time.Second))
 	return report, nil

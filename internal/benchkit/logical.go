@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,10 @@ type Logical struct {
 	walkPool, logPool *pgxpool.Pool
 	walk              *pgxstore.OutboxStore
 	log               *pgxstore.OutboxLogStore
+	// cpu reads the server's processes during the relay and producer
+	// runs; nil when they are not on this machine, cpuErr says why.
+	cpu    *ServerCPU
+	cpuErr error
 }
 
 // LogicalSlot names the bench's slot and publication.
@@ -44,6 +49,7 @@ func NewLogical(ctx context.Context, walkPool, logPool *pgxpool.Pool) (*Logical,
 		return nil, err
 	}
 	l := &Logical{walkPool: walkPool, logPool: logPool, walk: walk, log: log}
+	l.cpu, l.cpuErr = NewServerCPU(ctx, logPool, LogicalSlot)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	stop := l.background(sctx, true, 10*time.Millisecond)
@@ -62,6 +68,17 @@ func NewLogical(ctx context.Context, walkPool, logPool *pgxpool.Pool) (*Logical,
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// CPUSetting is one line for the report: how the relay and producer runs'
+// CPU is measured, or why it is not.
+func (l *Logical) CPUSetting() string {
+	if l.cpu == nil {
+		return "CPU per process: not measured: " + strings.TrimPrefix(l.cpuErr.Error(), "benchkit: ")
+	}
+	return fmt.Sprintf("CPU per process, logical relay and enqueue: utime+stime of /proc/<pid>/stat (%.0f ticks/s), read at each relay run's first delivery "+
+		"or as the producers start, and at the run's end while its driver still runs, per second of that time: the WAL sender serving slot %s (its active_pid at the end), "+
+		"the rest of the server (the postmaster and its other children, those that exited during the run included) and the bench process", l.cpu.Tick(), LogicalSlot)
 }
 
 // Close drops the slot and the publication (the schemas go with their Env).
@@ -121,7 +138,22 @@ func (l *Logical) Relay(logical bool, batch, n int, d time.Duration) System {
 			return insert(ctx, pool, n)
 		},
 		Run: func(ctx context.Context) (Sample, error) {
-			return runDriver(ctx, cfg, NewCounter(int64(n)), d, true, nil)
+			// The CPU from the first delivery, as the rate: the driver's
+			// start and the WAL sender's are left out of both.
+			var (
+				once sync.Once
+				end  func(context.Context) *CPUUse
+				use  *CPUUse
+			)
+			first := func([]outbox.Entry) { once.Do(func() { end = l.cpu.Start() }) }
+			s, err := runDriverThen(ctx, cfg, NewCounter(int64(n)), d, true, first, func() {
+				once.Do(func() {}) // nothing delivered: nothing to measure
+				if end != nil {
+					use = end(ctx)
+				}
+			})
+			s.CPU = use
+			return s, err
 		},
 	}
 }
@@ -186,7 +218,10 @@ func (l *Logical) Enqueue(logical bool, producers int, d time.Duration) System {
 		}
 		stop := l.background(ctx, logical, 10*time.Millisecond)
 		defer stop()
-		return p.Enqueue(producers, d).Run(ctx)
+		end := l.cpu.Start()
+		s, err := p.Enqueue(producers, d).Run(ctx)
+		s.CPU = end(ctx)
+		return s, err
 	}}
 }
 

@@ -19,11 +19,13 @@ import (
 
 // Sample is what one bounded run of a system did: Ops units of work
 // (entries, transactions, rows, acquisitions) in Elapsed, and, where the
-// system records them, the latency of each op.
+// system records them, the latency of each op; where it is measured, the
+// CPU each process used.
 type Sample struct {
 	Ops       int64
 	Elapsed   time.Duration
 	Latencies []time.Duration
+	CPU       *CPUUse
 }
 
 // Rate is Ops per second; 0 for an empty sample.

@@ -122,6 +122,12 @@ func (o *Outbox) ObservedDriverWalk(name string, obs *Observed, batch, n int, d 
 // the first delivery (Counter.AwaitSteady) instead of from the start;
 // delivered, if set, sees every run first.
 func runDriver(ctx context.Context, cfg outbox.Config, c *Counter, d time.Duration, steady bool, delivered func([]outbox.Entry)) (Sample, error) {
+	return runDriverThen(ctx, cfg, c, d, steady, delivered, nil)
+}
+
+// runDriverThen is runDriver calling atEnd, if set, when the measurement
+// ends, before the driver stops.
+func runDriverThen(ctx context.Context, cfg outbox.Config, c *Counter, d time.Duration, steady bool, delivered func([]outbox.Entry), atEnd func()) (Sample, error) {
 	if cfg.Locks == nil {
 		locks, err := lockmem.NewProvider(lockmem.Options{})
 		if err != nil {
@@ -157,6 +163,9 @@ func runDriver(ctx context.Context, cfg outbox.Config, c *Counter, d time.Durati
 		s, err = c.AwaitSteady(ctx, start, d)
 	} else {
 		s, err = c.Await(ctx, start, d)
+	}
+	if atEnd != nil {
+		atEnd()
 	}
 	cancel()
 	<-stopped

@@ -63,6 +63,45 @@ func (r Report) Print(w io.Writer) {
 				ratio.Of, ratio.Over, what, fmtRatio(st.Median), fmtRatio(st.Min), fmtRatio(st.Max), st.N, goal, mark)
 		}
 	}
+	r.printCPU(w)
+}
+
+// printCPU writes the CPU per process of the systems that measured it, in
+// core-seconds per second of the run, or nothing when none did.
+func (r Report) printCPU(w io.Writer) {
+	header := false
+	for _, c := range r.Cells {
+		for _, s := range c.Cell.System {
+			var wal, server, bench []float64
+			for _, sample := range c.Samples[s.Name] {
+				if u := sample.CPU; u != nil {
+					if u.WALSenderPID != 0 {
+						wal = append(wal, u.WALSender)
+					}
+					server, bench = append(server, u.Server), append(bench, u.Bench)
+				}
+			}
+			if len(server) == 0 {
+				continue
+			}
+			if !header {
+				fmt.Fprintf(w, "\n## CPU per process (core-seconds per second of the run, median and min–max over the runs)\n\n")
+				fmt.Fprintln(w, "| work | system | WAL sender | rest of the server | bench process | runs |")
+				fmt.Fprintln(w, "|---|---|---|---|---|---|")
+				header = true
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d |\n", cellName(c.Cell), s.Name, fmtCPU(wal), fmtCPU(server), fmtCPU(bench), len(server))
+		}
+	}
+}
+
+// fmtCPU writes a median and its min–max, or – for no values.
+func fmtCPU(v []float64) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	st := StatOf(v)
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", st.Median, st.Min, st.Max)
 }
 
 // fmtRatio writes a ratio with three decimals below 10, so that a median
