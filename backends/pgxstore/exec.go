@@ -63,16 +63,9 @@ func (d poolDB) Begin(ctx context.Context) (pgsql.Tx, error) {
 	return &poolTx{conn: conn}, nil
 }
 
-// ExecTx sends BEGIN, stmts and COMMIT in one round trip.
-func (d poolDB) ExecTx(ctx context.Context, stmts ...pgsql.Statement) ([]int64, error) {
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t := &poolTx{conn: conn}
-	defer func() { _ = t.Rollback(ctx) }() // after a failure; nothing once committed
-	return t.execCommit(ctx, stmts...)
-}
+// Autocommits implements pgsql.Autocommitter: a statement on the pool
+// commits on its own.
+func (poolDB) Autocommits() {}
 
 // poolTx is a transaction on a connection of the pool.
 type poolTx struct {

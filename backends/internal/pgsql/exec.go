@@ -73,12 +73,13 @@ type ExecCommitter interface {
 	ExecCommit(ctx context.Context, sql string, args ...any) (int64, error)
 }
 
-// TxBatcher is a DB that can send a whole transaction in one round trip.
-type TxBatcher interface {
-	// ExecTx runs stmts in order in one READ COMMITTED transaction and
-	// commits it, all in one round trip, and returns their row counts.
-	// When one fails, nothing is committed.
-	ExecTx(ctx context.Context, stmts ...Statement) ([]int64, error)
+// Autocommitter is a DB whose statements, sent outside a transaction,
+// each commit on their own: a pool's handle. A caller's transaction is
+// not one, since a statement that fails there ends the caller's
+// transaction too.
+type Autocommitter interface {
+	// Autocommits marks the handle; it does nothing.
+	Autocommits()
 }
 
 // Copier is a Tx that can load rows with COPY.

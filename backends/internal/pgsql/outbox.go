@@ -136,10 +136,9 @@ type OutboxStatements struct {
 	LockCursor string
 	Park       string
 	WriteState string
-	// LockCursorRows then WriteStateIf: a settlement sent at once, in one
-	// round trip (Settle on a TxBatcher).
-	LockCursorRows string
-	WriteStateIf   string
+	// SettleAtOnce is a settlement without parked entries in one
+	// statement (Settle on an Autocommitter).
+	SettleAtOnce   string
 	State          string
 	ListDead       string
 	ListDeadBefore string
@@ -176,8 +175,7 @@ func newOutboxStatements(schema string) OutboxStatements {
 		LockCursor:     outboxLockCursorSQL(st),
 		Park:           outboxParkSQL(t, d),
 		WriteState:     outboxWriteStateSQL(st),
-		LockCursorRows: outboxLockCursorRowsSQL(st),
-		WriteStateIf:   outboxWriteStateIfSQL(st),
+		SettleAtOnce:   outboxSettleAtOnceSQL(st),
 		State:          `SELECT key, value FROM ` + st + ` WHERE value IS NOT NULL`,
 		ListDead:       outboxListDeadSQL(d, false),
 		ListDeadBefore: outboxListDeadSQL(d, true),
@@ -304,42 +302,44 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value
 WHERE s.value IS DISTINCT FROM excluded.value`
 }
 
-// outboxLockCursorRowsSQL locks the two cursor keys of the quoted state
-// table st where they are stored, inserting nothing: the first statement
-// of a settlement sent at once (settleAtOnce). Parameters: $1 and $2 the
-// keys. It locks $1's row first, as outboxLockCursorSQL does, so a
-// settlement sent at once and a full one never lock them in opposite
-// orders.
-func outboxLockCursorRowsSQL(st string) string {
-	return `SELECT key FROM ` + st + ` WHERE key IN ($1, $2) ORDER BY key <> $1 FOR UPDATE`
-}
-
-// outboxWriteStateIfSQL is outboxWriteStateSQL guarded by a compare of
-// the cursor: it writes only when the two cursor keys hold the values the
-// settlement started from, and then returns one row; otherwise it writes
-// nothing and returns none. Parameters: $1 to $3 as outboxWriteStateSQL's,
-// $4 and $5 the cursor keys, $6 and $7 their expected values.
+// outboxSettleAtOnceSQL is a settlement without parked entries as one
+// statement over the quoted state table st, committing on its own
+// (settleAtOnce). It moves each cursor row only
+// where the row still holds the value the settlement started from (an
+// UPDATE in READ COMMITTED checks a row again once it holds the row's
+// lock, so the compare sees the latest committed value, and nobody can
+// change it before the statement commits), and writes the other state
+// keys. Unless both cursor rows moved, its result divides by zero
+// (division_by_zero, 22012), so the statement fails and writes nothing:
+// the cursor moved, or its keys were never stored. Parameters: $1 keys
+// and $2 values to write and $3 keys to remove, the cursor keys among
+// none of them; $4 and $5 the cursor keys, $6 and $7 their expected
+// values, $8 and $9 their new ones.
 //
-// It runs after outboxLockCursorRowsSQL in the same READ COMMITTED
-// transaction: its snapshot is taken after that lock was granted, so it
-// compares with the latest committed cursor, which nobody can change
-// before this transaction ends. (The data-modifying parts run whether or
-// not the final SELECT reads them; each is filtered by the guard.)
-func outboxWriteStateIfSQL(st string) string {
-	return `WITH ok AS (
-    SELECT count(*) = 2 AS ok FROM ` + st + `
-    WHERE (key = $4 AND value = $6) OR (key = $5 AND value = $7)
+// The two rows are locked in the order the plan visits them, which may
+// not be the full settlement's. Only two leaders settling at once (one of
+// them deposed) can deadlock on it; PostgreSQL then fails one of the two
+// after deadlock_timeout, and either answer is a refusal or a retry.
+func outboxSettleAtOnceSQL(st string) string {
+	return `WITH moved AS (
+    UPDATE ` + st + ` AS s SET value = c.value
+    FROM (VALUES ($4::text, $6::text, $8::text), ($5::text, $7::text, $9::text)) AS c (key, was, value)
+    WHERE s.key = c.key AND s.value = c.was
+    RETURNING s.key
 ), removed AS (
-    DELETE FROM ` + st + ` WHERE key = ANY ($3::text[]) AND (SELECT ok FROM ok)
+    DELETE FROM ` + st + ` WHERE key = ANY ($3::text[])
 ), written AS (
     INSERT INTO ` + st + ` AS s (key, value)
     SELECT u.key, u.value FROM unnest($1::text[], $2::text[]) AS u (key, value)
-    WHERE (SELECT ok FROM ok)
     ON CONFLICT (key) DO UPDATE SET value = excluded.value
     WHERE s.value IS DISTINCT FROM excluded.value
 )
-SELECT 1 FROM ok WHERE ok`
+SELECT 1 / (count(*) = 2)::int FROM moved`
 }
+
+// settleAtOnceRefused is the SQLSTATE outboxSettleAtOnceSQL fails with
+// when the cursor rows did not both hold the expected values.
+const settleAtOnceRefused = "22012"
 
 // outboxListDeadSQL lists dead letters of the quoted table d without
 // payloads: newest parked first and, parked together (one settlement), by
@@ -494,28 +494,33 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 }
 
 // settleAtOnce writes a settlement without parked entries as one
-// transaction sent in one round trip, where the handle can (TxBatcher):
-// lock the stored cursor rows, write the state only if they hold st.From
-// (outboxWriteStateIfSQL), commit. It reports false when it wrote nothing:
-// the cursor moved, or its keys were never stored. Settle's full
-// transaction then gives the answer, and the error that names the stored
-// cursor, so only a refused settlement (rare: a deposed leader) or the
-// very first one pays twice.
+// statement, in one round trip, where the handle's statements commit on
+// their own (Autocommitter): outboxSettleAtOnceSQL. It reports false when
+// it wrote nothing: the cursor moved, or its keys were never stored, or
+// the statement met a concurrent settlement. Settle's full transaction then
+// gives the answer, and the error that names the stored cursor, so only a
+// refused settlement (rare: a deposed leader) or the very first one pays
+// twice. (Each refusal is an ERROR line in the server's log.)
 func (s *OutboxStore) settleAtOnce(ctx context.Context, st outbox.Settlement) (bool, error) {
-	db, ok := s.db.(TxBatcher)
-	if !ok {
+	if _, ok := s.db.(Autocommitter); !ok {
 		return false, nil
 	}
 	keys, values, remove := settlementState(st)
 	fromXID, fromID := outbox.CursorState(st.From)
-	n, err := db.ExecTx(ctx,
-		Statement{SQL: s.sql.LockCursorRows, Args: []any{outbox.KeyLastScannedXID, outbox.KeyLastScannedID}},
-		Statement{SQL: s.sql.WriteStateIf, Args: []any{keys, values, remove, outbox.KeyLastScannedXID, outbox.KeyLastScannedID, fromXID, fromID}},
-	)
-	if err != nil {
-		return false, s.a.MapError(AreaSettle, "write state", err)
+	// settlementState puts the cursor's two keys first. Whatever the
+	// session's isolation: under REPEATABLE READ or SERIALIZABLE a
+	// concurrent settlement fails the statement (40001) instead of being
+	// seen, and the full transaction, in READ COMMITTED, answers.
+	_, err := s.db.Exec(ctx, s.sql.SettleAtOnce,
+		keys[2:], values[2:], remove,
+		outbox.KeyLastScannedXID, outbox.KeyLastScannedID, fromXID, fromID, values[0], values[1])
+	switch {
+	case err == nil:
+		return true, nil
+	case sqlState(err) == settleAtOnceRefused, isConflict(err):
+		return false, nil
 	}
-	return n[1] == 1, nil
+	return false, s.a.MapError(AreaSettle, "write state", err)
 }
 
 // SettleIn runs a validated settlement in tx, everything but the commit,
