@@ -418,6 +418,11 @@ WHERE ctid = ANY (ARRAY(
     LIMIT $2))`
 }
 
+// scanPrealloc bounds the entries a scan makes room for before reading:
+// a batch up to it is read without growing its slice, a larger one grows
+// from there.
+const scanPrealloc = 1024
+
 // Scan implements outbox.Store in one statement. Rows are decoded one at a
 // time as they arrive, and reading stops once the payloads taken fill the
 // byte budget (outbox.ScanHasRoom); the rows after that are discarded as
@@ -433,21 +438,23 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 	}
 	defer rows.Close()
 	var (
-		entries []outbox.Entry
+		entries = make([]outbox.Entry, 0, min(limit, scanPrealloc))
 		taken   int
+		// One set of targets for every row: passed to Scan as pointers,
+		// they escape to the heap, once per scan rather than per row.
+		e       outbox.Entry
+		id      pgtype.UUID
+		tc      pgtype.Text
+		payload []byte
+		dest    = []any{&e.XID, &id, &e.Lane, &payload, &e.CreatedAt, &tc}
 	)
 	for outbox.ScanHasRoom(taken) && rows.Next() {
-		var (
-			e       outbox.Entry
-			id      pgtype.UUID
-			tc      pgtype.Text
-			payload []byte
-		)
 		// xid8 arrives as the full unsigned 64 bits (epoch and xid), so
-		// values above 2^63 arrive intact. The payload is scanned as bytes:
-		// jsonb holds only valid JSON, and scanning into a json.RawMessage
-		// would make pgx validate every payload again.
-		if err := rows.Scan(&e.XID, &id, &e.Lane, &payload, &e.CreatedAt, &tc); err != nil {
+		// values above 2^63 arrive intact. The payload is scanned as bytes
+		// (each row's its own): jsonb holds only valid JSON, and scanning
+		// into a json.RawMessage would make pgx validate every payload
+		// again.
+		if err := rows.Scan(dest...); err != nil {
 			return nil, s.a.MapError(AreaOutbox, "scan", err)
 		}
 		e.ID, e.Payload, e.TraceContext = outbox.ID(id.Bytes), payload, decodeTraceContext(tc)
