@@ -43,12 +43,13 @@
 //	settle   one transaction: cursor compare-and-set from the pass's start,
 //	         parked entries copied to the dead letters, state stamps upserted
 //
-// A busy walk reads ahead: while a full batch settles, the scan of the next
-// one, from the cursor the settlement moves to, runs beside it, so the
-// walk waits for the settlement's commit and the next scan at once. The
-// batch read ahead is delivered only once the settlement has committed;
-// if it fails, or the term ends, the batch is dropped (a scan writes
-// nothing). At most two batches are in hand, so up to twice MaxScanBytes.
+// A busy walk reads ahead: once a scan returns a full batch, the scan of
+// the next one, from that batch's end, runs while the batch is delivered
+// and settled. The batch read ahead is delivered only once the pass before
+// it has settled all of its batch; if that pass settled less, or its
+// settlement failed, or the term ended, the batch is dropped (a scan
+// writes nothing) and the next pass scans from the stored cursor. At most
+// two batches are in hand, so up to twice MaxScanBytes.
 //
 // Before every run and every settlement the leader asks its lock
 // Trusted(), synchronously on the monotonic clock (Lost is closed by a

@@ -67,9 +67,9 @@ type walkFeed struct {
 	// timeout bounds each call to s (Config.StoreTimeout).
 	timeout time.Duration
 
-	// readAhead is set in walk mode: while a full batch settles, the next
-	// one is read (ahead), so a busy walk waits for the settlement's
-	// commit and the next scan at once, not one after the other.
+	// readAhead is set in walk mode: while a full batch is delivered and
+	// settled, the next one is read (ahead), so a busy walk does not wait
+	// for its scans one after the other.
 	readAhead bool
 	ahead     *nextBatch
 }
@@ -99,7 +99,10 @@ func (w *walkFeed) readNext(ctx context.Context, from Cursor, limit int) {
 }
 
 // take returns the batch read ahead, when there is one from the cursor
-// with this limit that succeeded; any other is dropped.
+// with this limit that succeeded; any other is dropped: one from where a
+// pass that settled less than its batch did not move the cursor to, or
+// one that failed (the scan is then sent again, and its error is the
+// answer).
 func (w *walkFeed) take(limit int) ([]Entry, bool) {
 	a := w.ahead
 	if a == nil {
@@ -153,15 +156,22 @@ func (w *walkFeed) scan(ctx context.Context, limit int) ([]Entry, error) {
 		}
 		w.checkCounter, w.counterAt = false, time.Now()
 	}
-	if entries, ok := w.take(limit); ok {
-		w.batch, w.limit = entries, limit
-		return entries, nil
-	}
-	entries, err := withinValue(ctx, w.timeout, func(ctx context.Context) ([]Entry, error) { return w.s.Scan(ctx, w.cur, limit) })
-	if err != nil {
-		return nil, fmt.Errorf("scan: %w", err)
+	entries, ok := w.take(limit)
+	if !ok {
+		var err error
+		entries, err = withinValue(ctx, w.timeout, func(ctx context.Context) ([]Entry, error) { return w.s.Scan(ctx, w.cur, limit) })
+		if err != nil {
+			return nil, fmt.Errorf("scan: %w", err)
+		}
 	}
 	w.batch, w.limit = entries, limit
+	if w.readAhead && len(entries) > 0 && (len(entries) == limit || !ScanHasRoom(ScanBytes(entries))) {
+		// A full batch: more is likely waiting, so the next pass's scan
+		// runs while this batch is delivered and settled. It starts from
+		// the batch's end, where the cursor is once all of it settles;
+		// if less settles, the batch read ahead is dropped.
+		w.readNext(ctx, entries[len(entries)-1].Cursor(), limit)
+	}
 	return entries, nil
 }
 
@@ -174,13 +184,6 @@ func (w *walkFeed) settle(ctx context.Context, n int, all bool, park []Parked, s
 		to = w.batch[n-1].Cursor()
 	}
 	settlement := Settlement{From: w.cur, To: to, Park: park, State: state}
-	if w.readAhead && all && (len(w.batch) == w.limit || !ScanHasRoom(ScanBytes(w.batch))) {
-		// A full batch: more is likely waiting, so the next pass's scan
-		// runs beside this settlement. It starts from to, where the
-		// cursor is once the settlement commits; if it does not, the
-		// batch read ahead is dropped.
-		w.readNext(ctx, to, w.limit)
-	}
 	if err := within(ctx, w.timeout, func(ctx context.Context) error { return w.s.Settle(ctx, settlement) }); err != nil {
 		w.drop()
 		return err

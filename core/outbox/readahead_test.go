@@ -81,8 +81,9 @@ func (s *scanLog) scans() []outbox.Cursor {
 	return slices.Clone(s.afters)
 }
 
-// A busy walk reads its next batch while the last one settles, so the
-// settlement's commit and the next scan are waited for at once.
+// A busy walk reads its next batch while the last one is delivered and
+// settled: the scan from a full batch's end is in flight by the time the
+// batch settles.
 func TestDriver_ReadsTheNextBatchWhileAFullOneSettles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
@@ -189,6 +190,42 @@ func TestDriver_EndsTheReadAheadWithTheTerm(t *testing.T) {
 		stop()
 		if got := len(rec.delivered()); got != 10 {
 			t.Fatalf("delivered %d entries, want the first batch (10)", got)
+		}
+	})
+}
+
+// A pass that settles only part of a full batch (here it stops at a
+// retry) leaves the cursor short of where the batch read ahead begins:
+// that batch is dropped, and the next pass starts at the retried entry.
+func TestDriver_DropsTheBatchReadAheadWhenAPassSettlesPartOfIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		var want []outbox.ID
+		for range 20 {
+			want = append(want, r.commit("a")...)
+		}
+		s := &scanLog{OutboxStore: r.store}
+		rec := &recorder{lane: "a"}
+		var once sync.Once
+		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			out := all(len(run), outbox.Delivered())
+			once.Do(func() { out[5] = outbox.RetryAfter("the destination is busy", time.Second) })
+			return out, nil
+		})
+		cfg := r.config(rec)
+		cfg.Store = s
+		stop := r.run(cfg)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		stop()
+		d := rec.delivered()
+		// The first run up to its retry, then from the retried entry on.
+		got := append(ids(d[:5]), ids(d[10:])...)
+		if !slices.Equal(got, want) {
+			t.Fatalf("delivered %v,\nwant each of %v once after the retry", got, want)
+		}
+		if c := r.cursor(); c != d[len(d)-1].Cursor() {
+			t.Fatalf("cursor %v, want the last entry's", c)
 		}
 	})
 }

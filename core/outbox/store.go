@@ -155,8 +155,8 @@ func ScanBytes(entries []Entry) int {
 // Store is the adapter side of the outbox: the three tables and their
 // statements. Each method is one short statement or transaction; none is
 // held open across delivery. Its methods are called from several
-// goroutines: the driver scans its next batch while the last one settles
-// (see "The walk, one pass" in the package doc).
+// goroutines: the driver scans its next batch while the last one is
+// delivered and settled (see "The walk, one pass" in the package doc).
 //
 // The rules a store keeps are numbered O1 to O36, O43 and O44, on the methods
 // below and here; conformance.RunOutboxStore checks each one with a subtest of its
