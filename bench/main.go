@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -93,6 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	bound := fs.Duration("time", 0, "bound of one run of one system (default 1s; 250ms with --quick)")
 	cooldown := fs.Duration("river-fetch-cooldown", river.FetchCooldownMin, "River's FetchCooldown")
 	poll := fs.Duration("river-fetch-poll-interval", river.FetchPollIntervalMin, "River's FetchPollInterval")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof reads it)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: bench [flags] all|%s\n", strings.Join(groups, "|"))
 		fs.PrintDefaults()
@@ -124,6 +126,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: unknown command %q\n", cmd)
 		fs.Usage()
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "bench: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	p := plan{

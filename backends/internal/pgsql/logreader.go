@@ -44,7 +44,11 @@ type logReader struct {
 	inTx       bool
 	commitLSN  uint64
 	seq        uint32
-	held       *outbox.Entry
+	held       outbox.Entry // valid while holding
+	holding    bool
+	cols       []logColumn        // the last insert's columns, reused
+	lane       string             // the last lane decoded, reused while it repeats
+	deadline   time.Time          // the socket's read deadline, zero for none
 	buf        []outbox.LogEntry  // positioned entries, not yet passed by a Read's after
 	bufBytes   int                // the payload bytes of buf
 	reached    outbox.LogPosition // no entry outside buf lies at or below it
@@ -169,6 +173,8 @@ func (r *logReader) Read(ctx context.Context, after outbox.LogPosition, limit in
 	if r.reached.Compare(after) < 0 {
 		r.reached = after
 	}
+	// Between Reads the socket has no deadline (Confirm and Close write).
+	defer func() { _ = r.readDeadline(time.Time{}) }()
 	deadline := time.Now().Add(wait)
 	for len(r.buf) < limit && outbox.ScanHasRoom(r.bufBytes) {
 		until := deadline
@@ -232,15 +238,33 @@ func (r *logReader) drop(after outbox.LogPosition) {
 // ctx, so that a leader that loses its lock stops waiting at once.
 func (r *logReader) receive(ctx context.Context, until time.Time) (pgproto3.BackendMessage, error) {
 	if time.Until(until) <= 10*logQuiet {
-		if err := r.conn.Conn().SetReadDeadline(until); err != nil {
+		if err := r.readDeadline(until); err != nil {
 			return nil, err
 		}
-		defer r.conn.Conn().SetReadDeadline(time.Time{})
 		return r.conn.ReceiveMessage(context.Background())
+	}
+	if err := r.readDeadline(time.Time{}); err != nil {
+		return nil, err
 	}
 	rctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	return r.conn.ReceiveMessage(rctx)
+}
+
+// readDeadline moves the socket's read deadline to t (zero: none). A
+// deadline still ahead and at most logQuiet/4 before t is kept: moving it
+// is a call into the runtime's timers, which a busy stream would make at
+// every message, and a quiet gap cut a quarter short only ends a batch
+// sooner.
+func (r *logReader) readDeadline(t time.Time) error {
+	switch {
+	case t.IsZero() && r.deadline.IsZero():
+		return nil
+	case !t.IsZero() && !r.deadline.IsZero() && !r.deadline.After(t) && t.Sub(r.deadline) <= logQuiet/4 && time.Now().Before(r.deadline):
+		return nil
+	}
+	r.deadline = t
+	return r.conn.Conn().SetReadDeadline(t)
 }
 
 // isTimeout reports a receive that ended at its deadline, either way.
@@ -292,6 +316,9 @@ func (r *logReader) handle(msg pgproto3.BackendMessage, after outbox.LogPosition
 
 // logical takes one pgoutput message.
 func (r *logReader) logical(data []byte, after outbox.LogPosition) error {
+	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeInsert) {
+		return r.insert(data[1:], after)
+	}
 	m, err := pglogrepl.Parse(data)
 	if err != nil {
 		return r.fail(err)
@@ -300,31 +327,41 @@ func (r *logReader) logical(data []byte, after outbox.LogPosition) error {
 	case *pglogrepl.RelationMessage:
 		r.relations[m.RelationID] = r.relation(m)
 	case *pglogrepl.BeginMessage:
-		r.inTx, r.commitLSN, r.seq, r.held = true, uint64(m.FinalLSN), 0, nil
-	case *pglogrepl.InsertMessage:
-		rel := r.relations[m.RelationID]
-		if rel == nil || !rel.ours {
-			return nil
-		}
-		e, err := r.decode(rel, m.Tuple)
-		if err != nil {
-			return r.fail(err)
-		}
-		if r.held != nil {
-			r.seq++
-			r.place(*r.held, outbox.LogPosition{LSN: r.commitLSN, Seq: r.seq}, after)
-		}
-		r.held = &e
+		r.inTx, r.commitLSN, r.seq, r.holding = true, uint64(m.FinalLSN), 0, false
 	case *pglogrepl.CommitMessage:
 		end := outbox.LogPosition{LSN: uint64(m.TransactionEndLSN)}
-		if r.held != nil {
-			r.place(*r.held, end, after)
+		if r.holding {
+			r.place(r.held, end, after)
 		}
-		r.inTx, r.held = false, nil
+		r.inTx, r.holding = false, false
 		if end.Compare(r.reached) > 0 {
 			r.reached = end
 		}
 	}
+	return nil
+}
+
+// insert takes an Insert message (its kind byte taken off): an entry,
+// when the row is the outbox's.
+func (r *logReader) insert(msg []byte, after outbox.LogPosition) error {
+	relID, cols, err := parseInsert(msg, r.cols[:0])
+	r.cols = cols
+	if err != nil {
+		return r.fail(err)
+	}
+	rel := r.relations[relID]
+	if rel == nil || !rel.ours {
+		return nil
+	}
+	e, err := r.decode(rel, cols)
+	if err != nil {
+		return r.fail(err)
+	}
+	if r.holding {
+		r.seq++
+		r.place(r.held, outbox.LogPosition{LSN: r.commitLSN, Seq: r.seq}, after)
+	}
+	r.held, r.holding = e, true
 	return nil
 }
 
@@ -370,56 +407,51 @@ func (r *logReader) relation(m *pglogrepl.RelationMessage) *logRelation {
 // decode turns an inserted row into an entry. The stream is asked for
 // binary values (pgoutput's binary option), which spares the server the
 // text output functions of every column; text is read too.
-func (r *logReader) decode(rel *logRelation, t *pglogrepl.TupleData) (outbox.Entry, error) {
+func (r *logReader) decode(rel *logRelation, cols []logColumn) (outbox.Entry, error) {
 	var e outbox.Entry
-	if t == nil || rel.xid < 0 || rel.id < 0 || rel.lane < 0 || rel.payload < 0 || rel.createdAt < 0 {
+	if rel.xid < 0 || rel.id < 0 || rel.lane < 0 || rel.payload < 0 || rel.createdAt < 0 {
 		return e, fmt.Errorf("%w: the published outbox table lacks a column baton reads (xid, id, lane, payload, created_at)", ErrSchemaMismatch)
 	}
-	scan := func(i int, dst any) error {
-		if i >= len(t.Columns) {
-			return fmt.Errorf("an inserted outbox row has no column %d", i)
-		}
-		c := t.Columns[i]
-		format := int16(pgtype.BinaryFormatCode)
-		switch c.DataType {
-		case pglogrepl.TupleDataTypeText:
-			format = pgtype.TextFormatCode
-		case pglogrepl.TupleDataTypeBinary:
-		default:
-			return fmt.Errorf("column %d of an inserted outbox row has no value (%q)", i, c.DataType)
-		}
-		return r.types.Scan(rel.oids[i], format, c.Data, dst)
-	}
-	var (
-		xid     pgtype.Uint64
-		id      pgtype.UUID
-		payload []byte
-	)
-	if err := scan(rel.xid, &xid); err != nil {
+	if err := r.decodeColumn(rel, cols, rel.xid, &e.XID); err != nil {
 		return e, fmt.Errorf("the xid of an inserted outbox row: %w", err)
 	}
-	if err := scan(rel.id, &id); err != nil {
+	if err := r.decodeColumn(rel, cols, rel.id, &e.ID); err != nil {
 		return e, fmt.Errorf("the id of an inserted outbox row: %w", err)
 	}
-	if err := scan(rel.lane, &e.Lane); err != nil {
+	if r.sameLane(rel, cols) {
+		e.Lane = r.lane // no new string for a lane that repeats
+	} else if err := r.decodeColumn(rel, cols, rel.lane, &e.Lane); err != nil {
 		return e, fmt.Errorf("the lane of an inserted outbox row: %w", err)
+	} else {
+		r.lane = e.Lane
 	}
-	if err := scan(rel.payload, &payload); err != nil {
+	var payload []byte
+	if err := r.decodeColumn(rel, cols, rel.payload, &payload); err != nil {
 		return e, fmt.Errorf("the payload of an inserted outbox row: %w", err)
 	}
-	if err := scan(rel.createdAt, &e.CreatedAt); err != nil {
+	e.Payload = payload
+	if err := r.decodeColumn(rel, cols, rel.createdAt, &e.CreatedAt); err != nil {
 		return e, fmt.Errorf("the created_at of an inserted outbox row: %w", err)
 	}
 	// NULL, the common case, arrives as a column without a value.
-	if i := rel.traceContext; i >= 0 && i < len(t.Columns) && t.Columns[i].DataType != pglogrepl.TupleDataTypeNull {
+	if i := rel.traceContext; i >= 0 && i < len(cols) && cols[i].kind != pglogrepl.TupleDataTypeNull {
 		var tc pgtype.Text
-		if err := scan(i, &tc); err != nil {
+		if err := r.decodeColumn(rel, cols, i, &tc); err != nil {
 			return e, fmt.Errorf("the trace_context of an inserted outbox row: %w", err)
 		}
 		e.TraceContext = decodeTraceContext(tc)
 	}
-	e.XID, e.ID, e.Payload = xid.Uint64, outbox.ID(id.Bytes), append([]byte(nil), payload...)
 	return e, nil
+}
+
+// sameLane reports whether the row's lane is, in binary, the lane of the
+// entry decoded before.
+func (r *logReader) sameLane(rel *logRelation, cols []logColumn) bool {
+	if r.lane == "" || rel.lane >= len(cols) || rel.oids[rel.lane] != oidText {
+		return false
+	}
+	c := cols[rel.lane]
+	return c.kind == pglogrepl.TupleDataTypeBinary && string(c.data) == r.lane
 }
 
 // fail leaves the reader broken with err.
