@@ -95,6 +95,23 @@ func open(db bun.IDB, caller string) (handle, error) {
 	return handle{querier{c}, db}, nil
 }
 
+// poolHandle is a handle over a *bun.DB, whose statements outside a
+// transaction commit on their own (pgsql.Autocommitter): a granted outbox
+// settlement is then one statement. A bun.Tx or bun.Conn handle is not
+// one.
+type poolHandle struct{ handle }
+
+// Autocommits implements pgsql.Autocommitter.
+func (poolHandle) Autocommits() {}
+
+// outboxDB is h for the outbox stores: a poolHandle over a *bun.DB.
+func (h handle) outboxDB() pgsql.DB {
+	if _, ok := h.db.(*bun.DB); ok {
+		return poolHandle{h}
+	}
+	return h
+}
+
 func isPgx(db *bun.DB) bool {
 	_, ok := db.Driver().(*stdlib.Driver)
 	return ok

@@ -83,7 +83,7 @@ func NewOutboxStore(ctx context.Context, db bun.IDB, opts OutboxStoreOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	st, err := pgsql.NewOutboxStore(h, adapter, opts)
+	st, err := pgsql.NewOutboxStore(h.outboxDB(), adapter, opts)
 	if err != nil {
 		return nil, err
 	}

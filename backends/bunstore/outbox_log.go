@@ -38,7 +38,7 @@ func NewOutboxLogStore(ctx context.Context, db bun.IDB, opts OutboxLogOptions) (
 	if err != nil {
 		return nil, err
 	}
-	st, err := pgsql.NewOutboxLogStore(h, adapter, opts)
+	st, err := pgsql.NewOutboxLogStore(h.outboxDB(), adapter, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -144,3 +144,30 @@ func TestOutboxStore_ParkingAnEntryWithADeadLettersIDReplacesItInsteadOfFailing(
 		t.Fatalf("the dead letter is %+v, %v; want the newer entry, its error saying what it replaced", d, err)
 	}
 }
+
+// Over a *bun.DB a granted settlement is the one statement that commits on
+// its own; over a bun.Tx, whose failed statement would end the caller's
+// transaction, it is the full transaction (a savepoint).
+func TestOutboxStore_SettlesAtOnceOnlyOverTheDatabase(t *testing.T) {
+	ctx := testContext(t)
+	_, db := bunEnv(t)
+	h, err := open(db, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.outboxDB().(pgsql.Autocommitter); !ok {
+		t.Error("the handle over a *bun.DB does not settle at once")
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	h, err = open(tx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.outboxDB().(pgsql.Autocommitter); ok {
+		t.Error("the handle over a bun.Tx settles with statements that commit on their own")
+	}
+}
