@@ -81,27 +81,34 @@ func (s *scanLog) scans() []outbox.Cursor {
 	return slices.Clone(s.afters)
 }
 
+// walkFor commits n one-entry transactions in lane "a", runs a driver over
+// s (which must wrap r.store) with a recorder for d of virtual time, then
+// stops it and returns what it delivered, in order.
+func walkFor(r *rig, s *scanLog, n int, d time.Duration, answer func([]outbox.Entry) ([]outbox.Outcome, error)) []outbox.Entry {
+	for range n {
+		r.commit("a")
+	}
+	rec := &recorder{lane: "a", answer: answer}
+	cfg := r.config(rec)
+	cfg.Store = s
+	stop := r.run(cfg)
+	time.Sleep(d)
+	synctest.Wait()
+	stop()
+	return rec.delivered()
+}
+
 // A busy walk reads its next batch while the last one is delivered and
 // settled: the scan from a full batch's end is in flight by the time the
 // batch settles.
 func TestDriver_ReadsTheNextBatchWhileAFullOneSettles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
-		for range 25 {
-			r.commit("a")
-		}
 		s := &scanLog{OutboxStore: r.store, begun: make(chan outbox.Cursor, 100), hold: 2}
-		rec := &recorder{lane: "a"}
-		cfg := r.config(rec)
-		cfg.Store = s
-		stop := r.run(cfg)
-		time.Sleep(time.Second)
-		synctest.Wait()
-		stop()
+		d := walkFor(r, s, 25, time.Second, nil)
 		// BatchSize 10: the settlements of the two full batches waited
 		// for the scan of the next. Had one given up, its batch would have
 		// been delivered again.
-		d := rec.delivered()
 		if len(d) != 25 {
 			t.Fatalf("delivered %d entries, want each of the 25 once", len(d))
 		}
@@ -117,18 +124,8 @@ func TestDriver_ReadsTheNextBatchWhileAFullOneSettles(t *testing.T) {
 func TestDriver_ScansEachCursorOnceWhileBusy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
-		for range 35 {
-			r.commit("a")
-		}
 		s := &scanLog{OutboxStore: r.store}
-		rec := &recorder{lane: "a"}
-		cfg := r.config(rec)
-		cfg.Store = s
-		stop := r.run(cfg)
-		time.Sleep(time.Second) // less than IdleDelay: no idle poll yet
-		synctest.Wait()
-		stop()
-		d := rec.delivered()
+		d := walkFor(r, s, 35, time.Second, nil) // less than IdleDelay: no idle poll yet
 		if len(d) != 35 {
 			t.Fatalf("delivered %d of 35 entries", len(d))
 		}
@@ -145,18 +142,8 @@ func TestDriver_ScansEachCursorOnceWhileBusy(t *testing.T) {
 func TestDriver_DropsTheBatchReadAheadWhenTheSettlementFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
-		for range 20 {
-			r.commit("a")
-		}
 		s := &scanLog{OutboxStore: r.store, failNext: 1}
-		rec := &recorder{lane: "a"}
-		cfg := r.config(rec)
-		cfg.Store = s
-		stop := r.run(cfg)
-		time.Sleep(cfg.ErrorDelay + time.Second)
-		synctest.Wait()
-		stop()
-		d := rec.delivered()
+		d := walkFor(r, s, 20, r.config().ErrorDelay+time.Second, nil)
 		if len(d) != 30 {
 			t.Fatalf("delivered %d entries, want the first batch twice and the second once (30)", len(d))
 		}
@@ -200,25 +187,18 @@ func TestDriver_EndsTheReadAheadWithTheTerm(t *testing.T) {
 func TestDriver_DropsTheBatchReadAheadWhenAPassSettlesPartOfIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
-		var want []outbox.ID
-		for range 20 {
-			want = append(want, r.commit("a")...)
-		}
 		s := &scanLog{OutboxStore: r.store}
-		rec := &recorder{lane: "a"}
 		var once sync.Once
-		rec.setAnswer(func(run []outbox.Entry) ([]outbox.Outcome, error) {
+		d := walkFor(r, s, 20, 2*time.Second, func(run []outbox.Entry) ([]outbox.Outcome, error) {
 			out := all(len(run), outbox.Delivered())
 			once.Do(func() { out[5] = outbox.RetryAfter("the destination is busy", time.Second) })
 			return out, nil
 		})
-		cfg := r.config(rec)
-		cfg.Store = s
-		stop := r.run(cfg)
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		stop()
-		d := rec.delivered()
+		committed, err := r.store.Scan(context.Background(), outbox.Cursor{}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ids(committed)
 		// The first run up to its retry, then from the retried entry on.
 		got := append(ids(d[:5]), ids(d[10:])...)
 		if !slices.Equal(got, want) {
