@@ -146,9 +146,10 @@ func TestOutboxStore_ParkingAnEntryWithADeadLettersIDReplacesItInsteadOfFailing(
 }
 
 // Over a *bun.DB a granted settlement is the one statement that commits on
-// its own; over a bun.Tx, whose failed statement would end the caller's
-// transaction, it is the full transaction (a savepoint).
-func TestOutboxStore_SettlesAtOnceOnlyOverTheDatabase(t *testing.T) {
+// its own, and the driver may scan while it settles; over a bun.Tx, whose
+// failed statement would end the caller's transaction and whose one
+// session cannot serve two calls at once, neither.
+func TestOutboxStore_SettlesAtOnceAndScansConcurrentlyOnlyOverTheDatabase(t *testing.T) {
 	ctx := testContext(t)
 	_, db := bunEnv(t)
 	h, err := open(db, "test")
@@ -169,5 +170,17 @@ func TestOutboxStore_SettlesAtOnceOnlyOverTheDatabase(t *testing.T) {
 	}
 	if _, ok := h.outboxDB().(pgsql.Autocommitter); ok {
 		t.Error("the handle over a bun.Tx settles with statements that commit on their own")
+	}
+	for _, c := range []struct {
+		db   bun.IDB
+		want bool
+	}{{db, true}, {tx, false}} {
+		st, err := NewOutboxStore(ctx, c.db, OutboxStoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.ScansConcurrently(); got != c.want {
+			t.Errorf("a store over a %T: ScansConcurrently() = %v, want %v", c.db, got, c.want)
+		}
 	}
 }

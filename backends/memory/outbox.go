@@ -258,6 +258,10 @@ func (s *OutboxStore) after(c outbox.Cursor) int {
 	return i
 }
 
+// ScansConcurrently implements outbox.ConcurrentScanner: every method
+// holds the store's mutex, so a Scan may run while a Settle does.
+func (s *OutboxStore) ScansConcurrently() bool { return true }
+
 // Scan implements outbox.Store.
 func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) ([]outbox.Entry, error) {
 	if limit < 1 {

@@ -1048,3 +1048,63 @@ func TestOutboxStore_SettlementWithoutParkedEntriesIsOneRoundTrip(t *testing.T) 
 		t.Errorf("after the refused settlement: cursor %v, k=%q; want %v and v (nothing written)", cur, state["k"], es[1].Cursor())
 	}
 }
+
+// A settlement sent at once locks the cursor's xid row before its id row,
+// as the full settlement does: a transaction that holds the xid row and
+// then takes the id row never deadlocks with it. Had it locked the id row
+// first, PostgreSQL would end one of the two with a deadlock: the
+// transaction's lock would fail, or the settlement would fall back to the
+// full transaction (more than one round trip).
+func TestOutboxStore_SettlementAtOnceLocksTheCursorRowsInTheFullOrder(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	trips := &queryCounter{}
+	st := mustOutboxStore(t, newPool(t, env, func(c *pgxpool.Config) { c.ConnConfig.Tracer = trips }), OutboxStoreOptions{})
+	from := outbox.Cursor{XID: 10, ID: outbox.NewID()}
+	to := outbox.Cursor{XID: 11, ID: outbox.NewID()}
+	if err := st.Settle(ctx, outbox.Settlement{From: outbox.Cursor{}, To: from}); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	const lockKey = `SELECT 1 FROM baton_outbox_state WHERE key = $1 FOR UPDATE`
+	if _, err := tx.Exec(ctx, lockKey, outbox.KeyLastScannedXID); err != nil {
+		t.Fatal(err)
+	}
+	trips.n.Store(0)
+	settled := make(chan error, 1)
+	go func() { settled <- st.Settle(ctx, outbox.Settlement{From: from, To: to}) }()
+	eventually(t, 30*time.Second, "the settlement never waited for the xid row", func() bool {
+		var waiting bool
+		err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%xid_moved%')`).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	})
+	if _, err := tx.Exec(ctx, lockKey, outbox.KeyLastScannedID); err != nil {
+		t.Fatalf("taking the id row after the xid row, beside a settlement: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-settled; err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.n.Load(); n != 1 {
+		t.Errorf("the settlement took %d round trips; want 1 (no deadlock, no fallback)", n)
+	}
+	state, err := st.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := outbox.CursorFromState(state); err != nil || c != to {
+		t.Errorf("the stored cursor is %v (%v), want %v", c, err, to)
+	}
+}

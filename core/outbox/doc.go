@@ -43,13 +43,16 @@
 //	settle   one transaction: cursor compare-and-set from the pass's start,
 //	         parked entries copied to the dead letters, state stamps upserted
 //
-// A busy walk reads ahead: once a scan returns a full batch, the scan of
-// the next one, from that batch's end, runs while the batch is delivered
-// and settled. The batch read ahead is delivered only once the pass before
-// it has settled all of its batch; if that pass settled less, or its
-// settlement failed, or the term ended, the batch is dropped (a scan
-// writes nothing) and the next pass scans from the stored cursor. At most
-// two batches are in hand, so up to twice MaxScanBytes.
+// A busy walk reads ahead from a store that can scan while it settles
+// (ConcurrentScanner): once a scan returns a full batch, and the pass
+// before settled all of its own, the scan of the next batch, from that
+// batch's end, runs while the batch is delivered and settled. The batch
+// read ahead is delivered only once the pass before it has settled all of
+// its batch; if that pass settled less, or its settlement failed, or the
+// term ended, the batch is dropped (a scan writes nothing) and the next
+// pass scans from the stored cursor. A read ahead that fails, or panics,
+// is the scan's answer. At most two batches are in hand, so up to twice
+// MaxScanBytes.
 //
 // Before every run and every settlement the leader asks its lock
 // Trusted(), synchronously on the monotonic clock (Lost is closed by a

@@ -180,7 +180,9 @@ func (d *Driver) newFeed(lk lock.Lock) feed {
 	if d.cfg.Log != nil {
 		return &logFeed{ls: d.cfg.Log, s: d.cfg.Store, token: lk.Token(), wait: d.cfg.IdleDelay, timeout: d.cfg.StoreTimeout, logger: d.cfg.Logger}
 	}
-	return &walkFeed{s: d.cfg.Store, timeout: d.cfg.StoreTimeout, back: true, counterEvery: d.cfg.IdleDelay, readAhead: true}
+	cs, ok := d.cfg.Store.(ConcurrentScanner)
+	return &walkFeed{s: d.cfg.Store, timeout: d.cfg.StoreTimeout, back: true, counterEvery: d.cfg.IdleDelay,
+		readAhead: ok && cs.ScansConcurrently(), settledAll: true}
 }
 
 func (w *walker) load(ctx context.Context) error {

@@ -67,11 +67,15 @@ type walkFeed struct {
 	// timeout bounds each call to s (Config.StoreTimeout).
 	timeout time.Duration
 
-	// readAhead is set in walk mode: while a full batch is delivered and
-	// settled, the next one is read (ahead), so a busy walk does not wait
-	// for its scans one after the other.
-	readAhead bool
-	ahead     *nextBatch
+	// readAhead is set in walk mode over a ConcurrentScanner: while a full
+	// batch is delivered and settled, the next one is read (ahead), so a
+	// busy walk does not wait for its scans one after the other.
+	// settledAll says the last settlement took all of its batch: after a
+	// pass that stopped early (a retry) the next one is not read ahead,
+	// since a retry that repeats would drop it every time.
+	readAhead  bool
+	settledAll bool
+	ahead      *nextBatch
 }
 
 // nextBatch is a scan read ahead from the cursor a settlement moves to.
@@ -87,34 +91,41 @@ type nextBatch struct {
 }
 
 // readNext starts reading the batch after from, on a goroutine that drop
-// or take waits for.
+// or take waits for. It runs under ctx, the context of the pass that
+// started it, so a hook sees it as part of that pass.
 func (w *walkFeed) readNext(ctx context.Context, from Cursor, limit int) {
 	ctx, cancel := context.WithCancel(ctx)
 	a := &nextBatch{from: from, limit: limit, cancel: cancel, done: make(chan struct{})}
 	go func() { // owned: take or drop waits for it
 		defer close(a.done)
+		defer func() {
+			// On the driver's goroutine a panicking Scan would unwind
+			// through Run; here it would end the process.
+			if p := recover(); p != nil {
+				a.entries, a.err = nil, fmt.Errorf("the store's Scan panicked: %v", p)
+			}
+		}()
 		a.entries, a.err = withinValue(ctx, w.timeout, func(ctx context.Context) ([]Entry, error) { return w.s.Scan(ctx, from, limit) })
 	}()
 	w.ahead = a
 }
 
-// take returns the batch read ahead, when there is one from the cursor
-// with this limit that succeeded; any other is dropped: one from where a
-// pass that settled less than its batch did not move the cursor to, or
-// one that failed (the scan is then sent again, and its error is the
-// answer).
-func (w *walkFeed) take(limit int) ([]Entry, bool) {
+// take returns the batch read ahead, with its error, when there is one
+// from the cursor with this limit: it is the scan the pass would have
+// sent. One from elsewhere (a pass that settled less than its batch did
+// not move the cursor to its start) is dropped.
+func (w *walkFeed) take(limit int) (entries []Entry, taken bool, err error) {
 	a := w.ahead
 	if a == nil {
-		return nil, false
+		return nil, false, nil
 	}
 	w.ahead = nil
 	<-a.done
 	a.cancel()
-	if a.err != nil || a.from != w.cur || a.limit != limit {
-		return nil, false // scanned again: a failed read ahead is not the scan's answer
+	if a.from != w.cur || a.limit != limit {
+		return nil, false, nil
 	}
-	return a.entries, true
+	return a.entries, true, a.err
 }
 
 // drop ends a read ahead that will not be used, and waits for it.
@@ -156,16 +167,15 @@ func (w *walkFeed) scan(ctx context.Context, limit int) ([]Entry, error) {
 		}
 		w.checkCounter, w.counterAt = false, time.Now()
 	}
-	entries, ok := w.take(limit)
-	if !ok {
-		var err error
+	entries, taken, err := w.take(limit)
+	if !taken {
 		entries, err = withinValue(ctx, w.timeout, func(ctx context.Context) ([]Entry, error) { return w.s.Scan(ctx, w.cur, limit) })
-		if err != nil {
-			return nil, fmt.Errorf("scan: %w", err)
-		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scan: %w", err)
 	}
 	w.batch, w.limit = entries, limit
-	if w.readAhead && len(entries) > 0 && (len(entries) == limit || !ScanHasRoom(ScanBytes(entries))) {
+	if w.readAhead && w.settledAll && len(entries) > 0 && (len(entries) == limit || !ScanHasRoom(ScanBytes(entries))) {
 		// A full batch: more is likely waiting, so the next pass's scan
 		// runs while this batch is delivered and settled. It starts from
 		// the batch's end, where the cursor is once all of it settles;
@@ -188,7 +198,7 @@ func (w *walkFeed) settle(ctx context.Context, n int, all bool, park []Parked, s
 		w.drop()
 		return err
 	}
-	w.cur = to
+	w.cur, w.settledAll = to, all
 	if all {
 		w.checkCounter = len(w.batch) < w.limit && time.Since(w.counterAt) >= w.counterEvery
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -25,13 +26,29 @@ type scanLog struct {
 	// their To has begun (begun must then be buffered).
 	hold     int
 	failNext int // settlements still to fail
+	// onScan, if set, runs first in every Scan; an error it returns is
+	// the scan's.
+	onScan func(after outbox.Cursor) error
+	// settleTakes is how long each Settle takes (virtual time); overlaps
+	// counts the scans that began while one was in flight.
+	settleTakes time.Duration
+	settling    int
+	overlaps    int
 }
 
 func (s *scanLog) Scan(ctx context.Context, after outbox.Cursor, limit int) ([]outbox.Entry, error) {
 	s.mu.Lock()
 	s.afters = append(s.afters, after)
-	begun := s.begun
+	if s.settling > 0 {
+		s.overlaps++
+	}
+	begun, onScan := s.begun, s.onScan
 	s.mu.Unlock()
+	if onScan != nil {
+		if err := onScan(after); err != nil {
+			return nil, err
+		}
+	}
 	if begun != nil {
 		select {
 		case begun <- after:
@@ -46,14 +63,21 @@ var errSettleFailed = errors.New("could not write the outbox state: connection r
 
 func (s *scanLog) Settle(ctx context.Context, st outbox.Settlement) error {
 	s.mu.Lock()
-	hold, fail := s.hold > 0, s.failNext > 0
+	hold, fail, takes := s.hold > 0, s.failNext > 0, s.settleTakes
 	if hold {
 		s.hold--
 	}
 	if fail {
 		s.failNext--
 	}
+	s.settling++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.settling--
+		s.mu.Unlock()
+	}()
+	time.Sleep(takes)
 	if hold {
 		// Virtual time: the minute passes at once when nothing else can
 		// run, that is when no scan from st.To was started beside this.
@@ -206,6 +230,122 @@ func TestDriver_DropsTheBatchReadAheadWhenAPassSettlesPartOfIt(t *testing.T) {
 		}
 		if c := r.cursor(); c != d[len(d)-1].Cursor() {
 			t.Fatalf("cursor %v, want the last entry's", c)
+		}
+	})
+}
+
+// serialStore is a store that cannot scan while it settles: it hides the
+// memory store's ScansConcurrently, as a store over one connection does.
+type serialStore struct{ outbox.Store }
+
+// Over a store that is not a ConcurrentScanner the walk never reads ahead:
+// no scan begins while a settlement is in flight.
+func TestDriver_ReadsNoBatchAheadFromAStoreThatCannotScanWhileItSettles(t *testing.T) {
+	for _, serial := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			r := newRig(t)
+			s := &scanLog{OutboxStore: r.store, settleTakes: 10 * time.Millisecond}
+			for range 35 {
+				r.commit("a")
+			}
+			rec := &recorder{lane: "a"}
+			cfg := r.config(rec)
+			cfg.Store = s
+			if serial {
+				cfg.Store = serialStore{s}
+			}
+			stop := r.run(cfg)
+			time.Sleep(time.Second)
+			synctest.Wait()
+			stop()
+			if n := len(rec.delivered()); n != 35 {
+				t.Fatalf("delivered %d of 35 entries", n)
+			}
+			switch {
+			case serial && s.overlaps > 0:
+				t.Fatalf("%d scans began while a settlement was in flight", s.overlaps)
+			case !serial && s.overlaps == 0:
+				t.Fatal("over a ConcurrentScanner no scan began beside a settlement: the check sees nothing")
+			}
+		})
+	}
+}
+
+// After a pass that stopped at a retry, the next pass does not read ahead:
+// an entry that keeps asking for a retry would have every batch read ahead
+// dropped.
+func TestDriver_ReadsNoBatchAheadAfterAPassThatStoppedEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		s := &scanLog{OutboxStore: r.store}
+		var stuck outbox.ID
+		d := walkFor(r, s, 20, 3500*time.Millisecond, func(run []outbox.Entry) ([]outbox.Outcome, error) {
+			if stuck.IsNil() {
+				stuck = run[5].ID
+			}
+			out := all(len(run), outbox.Delivered())
+			for i, e := range run {
+				if e.ID == stuck {
+					out[i] = outbox.RetryAfter("the destination is busy", time.Second)
+					break
+				}
+			}
+			return out, nil
+		})
+		at := d[4].Cursor() // the last entry settled
+		// The first pass read ahead (from its batch's end); the passes at
+		// 1 s, 2 s and 3 s scan from the retried entry, and nothing else.
+		want := []outbox.Cursor{{}, d[9].Cursor(), at, at, at}
+		if got := s.scans(); !slices.Equal(got, want) {
+			t.Fatalf("scans from %v,\nwant %v", got, want)
+		}
+	})
+}
+
+// A read ahead that fails is the scan's answer: the pass fails with its
+// error, and the scan is not sent again until ErrorDelay has passed.
+func TestDriver_AFailedReadAheadFailsThePass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		s := &scanLog{OutboxStore: r.store}
+		var failed bool
+		s.onScan = func(after outbox.Cursor) error {
+			if !after.IsZero() && !failed {
+				failed = true
+				return errUnreachable
+			}
+			return nil
+		}
+		d := walkFor(r, s, 15, time.Second, nil)
+		if len(d) != 10 {
+			t.Fatalf("delivered %d entries, want the first batch (10) before ErrorDelay", len(d))
+		}
+		if got := s.scans(); len(got) != 2 {
+			t.Fatalf("scans from %v, want the first and the failed read ahead", got)
+		}
+		if st := r.state(); !strings.Contains(st[outbox.KeyLastError], errUnreachable.Error()) {
+			t.Fatalf("last_error %q, want the read ahead's error", st[outbox.KeyLastError])
+		}
+	})
+}
+
+// A Scan that panics on the goroutine reading ahead fails that scan; it
+// does not end the process.
+func TestDriver_APanicInAReadAheadFailsTheScan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		s := &scanLog{OutboxStore: r.store}
+		var panicked bool
+		s.onScan = func(after outbox.Cursor) error {
+			if !after.IsZero() && !panicked {
+				panicked = true
+				panic("index out of range [3] with length 3")
+			}
+			return nil
+		}
+		walkFor(r, s, 15, time.Second, nil)
+		if st := r.state(); !strings.Contains(st[outbox.KeyLastError], "panicked: index out of range") {
+			t.Fatalf("last_error %q, want the panic", st[outbox.KeyLastError])
 		}
 	})
 }

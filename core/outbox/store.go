@@ -152,11 +152,20 @@ func ScanBytes(entries []Entry) int {
 	return n
 }
 
+// ConcurrentScanner is a Store that can run a Scan while a Settle runs,
+// from another goroutine: one over a pool of connections, not over one
+// connection or a caller's transaction. The driver reads ahead only from
+// a store whose ScansConcurrently reports true.
+type ConcurrentScanner interface {
+	ScansConcurrently() bool
+}
+
 // Store is the adapter side of the outbox: the three tables and their
 // statements. Each method is one short statement or transaction; none is
-// held open across delivery. Its methods are called from several
-// goroutines: the driver scans its next batch while the last one is
-// delivered and settled (see "The walk, one pass" in the package doc).
+// held open across delivery. A store that can run a Scan while a Settle
+// runs, from another goroutine, says so (ConcurrentScanner), and the
+// driver then reads its next batch ahead (see "The walk, one pass" in
+// the package doc).
 //
 // The rules a store keeps are numbered O1 to O36, O43 and O44, on the methods
 // below and here; conformance.RunOutboxStore checks each one with a subtest of its

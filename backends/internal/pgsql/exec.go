@@ -73,10 +73,12 @@ type ExecCommitter interface {
 	ExecCommit(ctx context.Context, sql string, args ...any) (int64, error)
 }
 
-// Autocommitter is a DB whose statements, sent outside a transaction,
-// each commit on their own: a pool's handle. A caller's transaction is
-// not one, since a statement that fails there ends the caller's
-// transaction too.
+// Autocommitter is a DB over a pool: its statements, sent outside a
+// transaction, each commit on their own, and calls from several
+// goroutines run on connections of their own. A caller's transaction or
+// a single connection is not one: a statement that fails there ends the
+// caller's transaction too, and two calls at once would share one
+// session.
 type Autocommitter interface {
 	// Autocommits marks the handle; it does nothing.
 	Autocommits()

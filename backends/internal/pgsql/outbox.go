@@ -304,28 +304,31 @@ WHERE s.value IS DISTINCT FROM excluded.value`
 
 // outboxSettleAtOnceSQL is a settlement without parked entries as one
 // statement over the quoted state table st, committing on its own
-// (settleAtOnce). It moves each cursor row only
-// where the row still holds the value the settlement started from (an
-// UPDATE in READ COMMITTED checks a row again once it holds the row's
-// lock, so the compare sees the latest committed value, and nobody can
-// change it before the statement commits), and writes the other state
-// keys. Unless both cursor rows moved, its result divides by zero
-// (division_by_zero, 22012), so the statement fails and writes nothing:
-// the cursor moved, or its keys were never stored. Parameters: $1 keys
-// and $2 values to write and $3 keys to remove, the cursor keys among
-// none of them; $4 and $5 the cursor keys, $6 and $7 their expected
-// values, $8 and $9 their new ones.
+// (settleAtOnce). It moves each cursor row only where the row still holds
+// the value the settlement started from (an UPDATE in READ COMMITTED
+// checks a row again once it holds the row's lock, so the compare sees
+// the latest committed value, and nobody can change it before the
+// statement commits), and writes the other state keys. Unless both
+// cursor rows moved, its result divides by zero (division_by_zero,
+// 22012), so the statement fails and writes nothing: the cursor moved,
+// or its keys were never stored. Parameters: $1 keys and $2 values to
+// write and $3 keys to remove, the cursor keys among none of them; $4 and
+// $5 the cursor keys, $6 and $7 their expected values, $8 and $9 their
+// new ones.
 //
-// The two rows are locked in the order the plan visits them, which may
-// not be the full settlement's. Only two leaders settling at once (one of
-// them deposed) can deadlock on it; PostgreSQL then fails one of the two
-// after deadlock_timeout, and either answer is a refusal or a retry.
+// The id row's update waits for the xid row's (its condition reads
+// whether that one moved), so the two rows are locked in the full
+// settlement's order (outboxLockCursorSQL), and a settlement sent at once
+// and a full one never deadlock. The result counts both rows, so the
+// guard holds without that ordering too.
 func outboxSettleAtOnceSQL(st string) string {
-	return `WITH moved AS (
-    UPDATE ` + st + ` AS s SET value = c.value
-    FROM (VALUES ($4::text, $6::text, $8::text), ($5::text, $7::text, $9::text)) AS c (key, was, value)
-    WHERE s.key = c.key AND s.value = c.was
-    RETURNING s.key
+	return `WITH xid_moved AS (
+    UPDATE ` + st + ` SET value = $8::text WHERE key = $4::text AND value = $6::text
+    RETURNING key
+), id_moved AS (
+    UPDATE ` + st + ` SET value = $9::text
+    WHERE key = $5::text AND value = $7::text AND EXISTS (SELECT FROM xid_moved)
+    RETURNING key
 ), removed AS (
     DELETE FROM ` + st + ` WHERE key = ANY ($3::text[])
 ), written AS (
@@ -334,7 +337,7 @@ func outboxSettleAtOnceSQL(st string) string {
     ON CONFLICT (key) DO UPDATE SET value = excluded.value
     WHERE s.value IS DISTINCT FROM excluded.value
 )
-SELECT 1 / (count(*) = 2)::int FROM moved`
+SELECT 1 / ((SELECT count(*) FROM xid_moved) + count(*) = 2)::int FROM id_moved`
 }
 
 // settleAtOnceRefused is the SQLSTATE outboxSettleAtOnceSQL fails with
@@ -418,10 +421,10 @@ WHERE ctid = ANY (ARRAY(
     LIMIT $2))`
 }
 
-// scanPrealloc bounds the entries a scan makes room for before reading:
+// scanPrealloc bounds the room a scan makes for entries at its first row:
 // a batch up to it is read without growing its slice, a larger one grows
-// from there.
-const scanPrealloc = 1024
+// from there, and a scan that finds nothing allocates nothing.
+const scanPrealloc = 256
 
 // Scan implements outbox.Store in one statement. Rows are decoded one at a
 // time as they arrive, and reading stops once the payloads taken fill the
@@ -438,7 +441,7 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 	}
 	defer rows.Close()
 	var (
-		entries = make([]outbox.Entry, 0, min(limit, scanPrealloc))
+		entries []outbox.Entry
 		taken   int
 		// One set of targets for every row: passed to Scan as pointers,
 		// they escape to the heap, once per scan rather than per row.
@@ -458,6 +461,9 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 			return nil, s.a.MapError(AreaOutbox, "scan", err)
 		}
 		e.ID, e.Payload, e.TraceContext = outbox.ID(id.Bytes), payload, decodeTraceContext(tc)
+		if entries == nil {
+			entries = make([]outbox.Entry, 0, min(limit, scanPrealloc))
+		}
 		entries = append(entries, e)
 		taken += len(e.Payload)
 	}
@@ -498,6 +504,14 @@ func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 	}
 	defer rollback(ctx, tx)
 	return s.settle(ctx, tx, st, true)
+}
+
+// ScansConcurrently implements outbox.ConcurrentScanner: a store over a
+// pool (Autocommitter) can scan while it settles; one over a single
+// connection or a caller's transaction cannot.
+func (s *OutboxStore) ScansConcurrently() bool {
+	_, ok := s.db.(Autocommitter)
+	return ok
 }
 
 // settleAtOnce writes a settlement without parked entries as one
