@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -172,6 +173,11 @@ type walker struct {
 	// when the backlog was last counted.
 	t       passTally
 	sampled time.Time
+	// stored is the state as this term last read or settled it, and
+	// scanStampAt when it last wrote last_scan_at: a settlement writes
+	// only the stamps that changed (changedStamps).
+	stored      map[string]string
+	scanStampAt time.Time
 }
 
 // newFeed is the term's feed: the log when Config.Log is set, otherwise
@@ -197,7 +203,7 @@ func (w *walker) load(ctx context.Context) error {
 	if err := w.f.load(ctx, st); err != nil {
 		return err
 	}
-	w.loaded = true
+	w.loaded, w.stored, w.scanStampAt = true, maps.Clone(st), time.Time{}
 	return nil
 }
 
@@ -319,7 +325,8 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 	if !w.trusted("settling") {
 		return 0, true
 	}
-	err = w.f.settle(ctx, settled, stop == nil, parked, next.stamps(now))
+	stamps := w.changedStamps(next, now)
+	err = w.f.settle(ctx, settled, stop == nil, parked, stamps)
 	switch {
 	case errors.Is(err, ErrCursorMoved), errors.Is(err, ErrReaderFenced):
 		cfg.Logger.Warn("outbox: another leader settled meanwhile; this pass is discarded and leadership given up")
@@ -348,6 +355,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		return cfg.ErrorDelay, false
 	}
 	w.h = next
+	w.stamped(stamps, now)
 	w.t.settled, w.t.retry = true, stop != nil
 
 	switch {
@@ -383,10 +391,14 @@ func (w *walker) settleFailure(ctx context.Context, now time.Time, s stopInfo, a
 		// in memory and notified; it is stored once a pass can settle.
 		return d.cfg.ErrorDelay, false
 	}
-	err := w.f.settle(ctx, 0, false, nil, next.stamps(now))
+	stamps := w.changedStamps(next, now)
+	err := w.f.settle(ctx, 0, false, nil, stamps)
 	if errors.Is(err, ErrCursorMoved) || errors.Is(err, ErrReaderFenced) {
 		w.loaded = false
 		return 0, true
+	}
+	if err == nil {
+		w.stamped(stamps, now)
 	}
 	return d.cfg.ErrorDelay, false
 }

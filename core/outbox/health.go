@@ -146,3 +146,52 @@ func (d *Driver) notifyDeadLetters(ctx context.Context, h *health, now time.Time
 	}
 	h.deadNotice = now
 }
+
+// scanStampEvery bounds how often a walk whose health does not change
+// rewrites last_scan_at: a busy walk settles hundreds of passes a second,
+// and the stamp tells an operator that the walk runs, not when each pass
+// did.
+const scanStampEvery = time.Second
+
+// changedStamps is what a settlement writes of next's stamps: the keys
+// whose value differs from the stored one (as this term last loaded or
+// settled it), and last_scan_at when any of those changes or
+// scanStampEvery has passed since this term last wrote it.
+func (w *walker) changedStamps(next health, now time.Time) map[string]*string {
+	all := next.stamps(now)
+	if w.stored == nil {
+		return all
+	}
+	out := make(map[string]*string, len(all))
+	for k, v := range all {
+		if k == KeyLastScanAt {
+			continue
+		}
+		old, had := w.stored[k]
+		if (v == nil && !had) || (v != nil && had && old == *v) {
+			continue
+		}
+		out[k] = v
+	}
+	if len(out) > 0 || now.Sub(w.scanStampAt) >= scanStampEvery {
+		out[KeyLastScanAt] = all[KeyLastScanAt]
+	}
+	return out
+}
+
+// stamped records state, settled at now, as stored.
+func (w *walker) stamped(state map[string]*string, now time.Time) {
+	if w.stored == nil {
+		w.stored = map[string]string{}
+	}
+	for k, v := range state {
+		if v == nil {
+			delete(w.stored, k)
+		} else {
+			w.stored[k] = *v
+		}
+	}
+	if _, ok := state[KeyLastScanAt]; ok {
+		w.scanStampAt = now
+	}
+}

@@ -349,3 +349,67 @@ func TestDriver_APanicInAReadAheadFailsTheScan(t *testing.T) {
 		}
 	})
 }
+
+// settleLog is a memory store that records every settlement's state
+// keys and the (virtual) time it was made.
+type settleLog struct {
+	*memory.OutboxStore
+	mu    sync.Mutex
+	start time.Time
+	sent  []sentState
+}
+
+type sentState struct {
+	at   time.Duration
+	keys []string
+}
+
+func (s *settleLog) Settle(ctx context.Context, st outbox.Settlement) error {
+	keys := make([]string, 0, len(st.State))
+	for k := range st.State {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	s.mu.Lock()
+	s.sent = append(s.sent, sentState{at: time.Since(s.start), keys: keys})
+	s.mu.Unlock()
+	return s.OutboxStore.Settle(ctx, st)
+}
+
+// A walk whose health does not change writes no stamp it has written
+// already, and last_scan_at once a second: a busy walk settles hundreds of
+// passes a second.
+func TestDriver_WritesOnlyChangedStampsAndLastScanAtOnceASecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		for range 35 {
+			r.commit("a")
+		}
+		s := &settleLog{OutboxStore: r.store, start: time.Now()}
+		rec := &recorder{lane: "a"}
+		cfg := r.config(rec)
+		cfg.Store, cfg.IdleDelay = s, 100*time.Millisecond
+		stop := r.run(cfg)
+		time.Sleep(2500 * time.Millisecond)
+		synctest.Wait()
+		stop()
+		var stamped []time.Duration
+		for i, st := range s.sent {
+			switch {
+			case slices.Equal(st.keys, []string{outbox.KeyLastScanAt}) || (i == 0 && slices.Contains(st.keys, outbox.KeyLastScanAt)):
+				stamped = append(stamped, st.at)
+			case len(st.keys) > 0:
+				t.Fatalf("settlement %d at %v wrote %v; the health did not change", i, st.at, st.keys)
+			}
+		}
+		// The first pass, then the first passes at or after 1 s and 2 s
+		// (the idle walk passes every 100 ms).
+		want := []time.Duration{0, time.Second, 2 * time.Second}
+		if !slices.Equal(stamped, want) {
+			t.Fatalf("last_scan_at written at %v, want at %v (of %d settlements)", stamped, want, len(s.sent))
+		}
+		if _, ok := r.state()[outbox.KeyLastScanAt]; !ok {
+			t.Fatal("last_scan_at is not stored")
+		}
+	})
+}
