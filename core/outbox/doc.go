@@ -103,7 +103,9 @@
 // # Notices and health
 //
 // State is a set of keys (last_scanned_xid, last_scan_at, first_stuck_at,
-// …); an absent key reads as its default. first_stuck_at is set when a pass
+// …); an absent key reads as its default. A settlement writes the stamps
+// that changed since the term last read or wrote them, and last_scan_at
+// with them or once a second. first_stuck_at is set when a pass
 // ends in a retry or fails and cleared by a settled one that delivered or
 // found nothing; when the streak has lasted StuckAfter a stuck notice goes
 // to Notify, at most once per StuckNoticeEvery. The leader keeps the streak
