@@ -485,10 +485,11 @@ func (s *OutboxStore) Scan(ctx context.Context, after outbox.Cursor, limit int) 
 // st.From (exclusive) and st.To (inclusive); otherwise nothing is written
 // and the error says how many were found.
 //
-// On pgx a settlement without parked entries takes one round trip
-// (settleAtOnce) when it is granted; a refused one, or one with parked
-// entries, runs the transaction above: two round trips, BEGIN with the
-// cursor lock and the state write with COMMIT, and one more to park.
+// Over a pool (pgx, or bun over a *bun.DB) a settlement without parked
+// entries is one statement (settleAtOnce) when it is granted; a refused
+// one, one with parked entries, or one over a caller's transaction runs
+// the transaction above: on pgx two round trips, BEGIN with the cursor
+// lock and the state write with COMMIT, and one more to park.
 func (s *OutboxStore) Settle(ctx context.Context, st outbox.Settlement) error {
 	if err := outbox.ValidateSettlement(st); err != nil {
 		return s.a.errorf("outbox settle: %w", err)
