@@ -302,20 +302,26 @@ func TestDriver_ReadsNoBatchAheadAfterAPassThatStoppedEarly(t *testing.T) {
 	})
 }
 
+// onFirstReadAhead makes s answer the first scan from anywhere but the
+// start (in these tests, the first read ahead) with do.
+func onFirstReadAhead(s *scanLog, do func() error) {
+	var done bool
+	s.onScan = func(after outbox.Cursor) error {
+		if after.IsZero() || done {
+			return nil
+		}
+		done = true
+		return do()
+	}
+}
+
 // A read ahead that fails is the scan's answer: the pass fails with its
 // error, and the scan is not sent again until ErrorDelay has passed.
 func TestDriver_AFailedReadAheadFailsThePass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
 		s := &scanLog{OutboxStore: r.store}
-		var failed bool
-		s.onScan = func(after outbox.Cursor) error {
-			if !after.IsZero() && !failed {
-				failed = true
-				return errUnreachable
-			}
-			return nil
-		}
+		onFirstReadAhead(s, func() error { return errUnreachable })
 		d := walkFor(r, s, 15, time.Second, nil)
 		if len(d) != 10 {
 			t.Fatalf("delivered %d entries, want the first batch (10) before ErrorDelay", len(d))
@@ -335,14 +341,7 @@ func TestDriver_APanicInAReadAheadFailsTheScan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
 		s := &scanLog{OutboxStore: r.store}
-		var panicked bool
-		s.onScan = func(after outbox.Cursor) error {
-			if !after.IsZero() && !panicked {
-				panicked = true
-				panic("index out of range [3] with length 3")
-			}
-			return nil
-		}
+		onFirstReadAhead(s, func() error { panic("index out of range [3] with length 3") })
 		walkFor(r, s, 15, time.Second, nil)
 		if st := r.state(); !strings.Contains(st[outbox.KeyLastError], "panicked: index out of range") {
 			t.Fatalf("last_error %q, want the panic", st[outbox.KeyLastError])
