@@ -350,6 +350,8 @@ func enqueueCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 	if err := initWatermillTopic(ctx, pool, topic); err != nil {
 		return nil, err
 	}
+	// Every system's run starts from the same empty tables.
+	empty := prod.Empty("watermill_" + topic)
 	var cells []benchkit.Cell
 	for _, n := range p.producers {
 		baton, plain, peer := prod.Enqueue(n, p.bound), prod.PlainInsert(n, p.bound), watermillPublish(prod, topic, n, p.bound)
@@ -358,9 +360,13 @@ func enqueueCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 		polled := prod.EnqueueBeside("Enqueue, SignalDisabled, beside a polling leader", quiet, false, n, p.bound, benchkit.QuietEnqueue(quiet))
 		naive := prod.EnqueueBeside("NOTIFY every commit beside a listening leader", ob.Store, true, n, p.bound, benchkit.NotifyEveryCommit)
 		unsignalled := prod.Loop("Enqueue, SignalDisabled", n, p.bound, benchkit.QuietEnqueue(quiet))
+		systems := []benchkit.System{baton, plain, peer, shaped, unsignalled, listened, polled, naive}
+		for i := range systems {
+			systems[i].Prepare = before(empty, systems[i].Prepare)
+		}
 		cells = append(cells, benchkit.Cell{
 			Group: "enqueue", Name: fmt.Sprintf("%d producers", n), Unit: "tx/s",
-			System: []benchkit.System{baton, plain, peer, shaped, unsignalled, listened, polled, naive},
+			System: systems,
 			Ratios: []benchkit.Ratio{
 				{Of: baton.Name, Over: plain.Name, Kind: benchkit.Cost, Goal: 1.10},
 				{Of: baton.Name, Over: peer.Name, Kind: benchkit.Cost},
@@ -531,4 +537,17 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// before returns a Prepare that runs first, then then (when not nil).
+func before(first, then func(ctx context.Context) error) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if err := first(ctx); err != nil {
+			return err
+		}
+		if then == nil {
+			return nil
+		}
+		return then(ctx)
+	}
 }

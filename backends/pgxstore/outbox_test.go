@@ -850,8 +850,8 @@ func checkPlan(t *testing.T, what string, raw []byte, want map[string][]string) 
 	reportPlan(t, what, raw, problems)
 }
 
-// TestOutboxStore_StatementsRideTheirIndexes guards the plans of the walk
-// and of the maintenance statements on tables of realistic size: 200 000
+// TestOutboxStore_StatementsRideTheirIndexes guards the plans of the walk,
+// of Enqueue and of the maintenance statements on tables of realistic size: 200 000
 // delivered entries behind the cursor and 1 000 ahead of it, 100 000 dead
 // letters of which a tenth were requeued. Each statement is prepared as
 // pgx prepares it and explained both with a custom plan (for the given
@@ -939,6 +939,9 @@ FROM generate_series(1, 100000) AS g`)
 			map[string][]string{"baton_outbox_walk": {"ROW(xid, id) > ROW("}}},
 		{"outbox_count_pending", st.Statements().CountPending, fmt.Sprintf("'%d', %s, 10000", c, nilID),
 			map[string][]string{"baton_outbox_walk": {"ROW(xid, id) > ROW("}}},
+		// The dead-letter check of every Enqueue, on 100 000 dead letters.
+		{"outbox_enqueue", st.EnqueueSQL(), "gen_random_uuid(), 'lane', '{}', NULL",
+			map[string][]string{"baton_outbox_dead_pkey": {"id ="}}},
 	}
 	for _, s := range statements {
 		if _, err := conn.Exec(ctx, "PREPARE "+s.name+" AS "+s.query); err != nil {

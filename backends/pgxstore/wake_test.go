@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/backends/internal/waketest"
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/outbox"
@@ -16,15 +17,22 @@ import (
 
 // wakeOutbox is the scenarios' outbox over pool's search_path.
 func wakeOutbox(t *testing.T, ctx context.Context, pool *pgxpool.Pool) waketest.Outbox {
+	return wakeOutboxIn(t, ctx, pool, "")
+}
+
+// wakeOutboxIn is the scenarios' outbox in schema ("" for pool's
+// search_path). Outside the search_path there is no package-level Enqueue.
+func wakeOutboxIn(t *testing.T, ctx context.Context, pool *pgxpool.Pool, schema string) waketest.Outbox {
 	t.Helper()
-	mustMigrate(t, ctx, pool, MigrateOptions{})
-	st := mustOutboxStore(t, pool, OutboxStoreOptions{})
-	quiet := mustOutboxStore(t, pool, OutboxStoreOptions{SignalDisabled: true})
-	enqueue := map[waketest.Producer]enqueueFunc{
-		waketest.PackageEnqueue: Enqueue, waketest.StoreEnqueue: st.Enqueue, waketest.QuietEnqueue: quiet.Enqueue,
+	mustMigrate(t, ctx, pool, MigrateOptions{Schema: schema})
+	st := mustOutboxStore(t, pool, OutboxStoreOptions{Schema: schema})
+	quiet := mustOutboxStore(t, pool, OutboxStoreOptions{Schema: schema, SignalDisabled: true})
+	enqueue := map[waketest.Producer]enqueueFunc{waketest.StoreEnqueue: st.Enqueue, waketest.QuietEnqueue: quiet.Enqueue}
+	if schema == "" {
+		enqueue[waketest.PackageEnqueue] = Enqueue
 	}
 	return waketest.Outbox{
-		Store: st, Admin: pool, Table: `"` + OutboxTable + `"`,
+		Store: st, Admin: pool, Table: pgsql.Qualified(schema, OutboxTable),
 		Commit: func(ctx context.Context, p waketest.Producer, n int) ([]outbox.ID, error) {
 			ids := make([]outbox.ID, n)
 			return ids, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -113,6 +121,17 @@ func TestWake_APollOnlyDriverNeverListensAndDeliversByPolling(t *testing.T) {
 func TestWake_AStoreWithSignalDisabledNeverSignals(t *testing.T) {
 	env := testenv.Postgres(t)
 	waketest.SignalDisabledNeverSignals(t, wakeOutbox(t, testContext(t), env.Pool))
+}
+
+// The signal names its table through a constant of the statement: in a
+// schema whose name needs quoting and escaping, beside an outbox in the
+// search_path, a store signals its own table's channel.
+func TestWake_AStoreInASchemaNeedingQuotesSignalsItsOwnTable(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	schema := extraSchema(t, env, `Wake "odd" 'schema' \ `)
+	waketest.SignalDisabledNeverSignals(t, wakeOutboxIn(t, ctx, env.Pool, schema))
 }
 
 func TestWake_TheSignalsOfOneTransactionFoldIntoOne(t *testing.T) {

@@ -71,14 +71,14 @@ func NewOutboxStore(db DB, a Adapter, c OutboxStoreOptions) (*OutboxStore, error
 	}
 	st := &OutboxStore{db: db, a: a, logger: c.Logger, sql: newOutboxStatements(c.Schema), table: qualified(c.Schema, OutboxTable)}
 	if !c.SignalDisabled {
-		st.sql.Enqueue = signalling(st.sql.Enqueue)
+		st.sql.Enqueue = signalling(st.table, st.sql.Enqueue)
 	}
 	return st, nil
 }
 
 // EnqueueSQL is Enqueue's statement over the tables found through the
 // search_path: it signals a listening driver (signalling).
-var EnqueueSQL = signalling(outboxEnqueueSQL(quote(OutboxTable), quote(OutboxDeadTable)))
+var EnqueueSQL = signalling(quote(OutboxTable), outboxEnqueueSQL(quote(OutboxTable), quote(OutboxDeadTable)))
 
 // Enqueue writes one outbox entry with the caller's q, normally its
 // transaction, using query (EnqueueSQL, or a store's EnqueueSQL): the
@@ -199,7 +199,7 @@ FROM ` + d + ` AS dl WHERE dl.id = $1 FOR UPDATE OF dl`,
 
 // outboxEnqueueSQL inserts one entry into the quoted outbox table t.
 // Parameters: $1 id, $2 lane, $3 payload (JSON), $4 trace context (text,
-// NULL for none).
+// NULL for none). It ends in its WHERE clause, which signalling extends.
 func outboxEnqueueSQL(t, d string) string {
 	// Refused (no row) when a dead letter has the id: it could never be
 	// parked. The check is one probe of the dead letters' primary key.

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,20 +64,35 @@ func gateKeySQL(oid string) string {
 	return "((" + strconv.Itoa(GateKeyPrefix) + "::int8 << 32) | " + oid + "::int8)"
 }
 
-// signalling wraps an outbox INSERT (outboxEnqueueSQL) into a statement
-// that also signals the outbox's channel, with the entry's xid, when a
-// listener is idle. It reports one row per entry inserted, as the INSERT
-// does. The xid is the transaction's, so the signals of one transaction
-// are identical and PostgreSQL folds them into one; it is sent only if
-// the transaction commits.
-func signalling(insert string) string {
-	return `WITH e AS (
-` + insert + `
-RETURNING tableoid, xid
-)
-SELECT CASE WHEN pg_try_advisory_xact_lock_shared(` + gateKeySQL("e.tableoid") + `) THEN NULL
-            ELSE pg_notify('` + OutboxChannelPrefix + `' || e.tableoid::text, e.xid::text) END
-FROM e`
+// signalling extends an outbox INSERT … SELECT … WHERE (outboxEnqueueSQL)
+// into the quoted outbox table t with the signal: when a listener is idle
+// (it holds the table's idle gate, so the shared lock is refused) the
+// statement also notifies the outbox's channel with the transaction's
+// xid. The signals of one transaction are identical, so PostgreSQL folds
+// them into one, and sends it only if the transaction commits; a producer
+// that takes the shared lock holds it to its commit, which tells a
+// listener about to sleep that entries are in flight.
+//
+// The condition stays in the INSERT's WHERE, after the dead-letter check,
+// rather than in a CTE reading the inserted row back: the table's oid is
+// the constant t::regclass, resolved when the statement is planned (and
+// again when the table or the search_path changes), so the gate key and
+// the channel are constants of the plan, and no row is stored and read
+// back. A refused id (the dead-letter check) takes no lock and sends
+// nothing; one refused by the primary key fails the statement, and the
+// transaction with its signal.
+func signalling(t, insert string) string {
+	oid := regclassLiteral(t) + "::oid"
+	return insert + `
+  AND (pg_try_advisory_xact_lock_shared(` + gateKeySQL(oid) + `)
+       OR (SELECT true FROM pg_notify('` + OutboxChannelPrefix + `' || ` + oid + `::text, pg_current_xact_id()::text)))`
+}
+
+// regclassLiteral is the quoted (and qualified) relation name t as a
+// regclass constant. An escape string literal reads the same whatever
+// standard_conforming_strings says.
+func regclassLiteral(t string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(t) + "'::regclass"
 }
 
 // WorkSignalSQL signals the work table named by $1 (text, quoted and
