@@ -145,8 +145,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rounds: 5, bound: time.Second, relayEntries: 300_000, wmEntries: 100_000, workRows: 30_000,
 		relayBatches: []int{100, 1000}, producers: []int{1, 8, 32}, handlers: []int{1, 16, 100}, workBatches: []int{20, 100},
 		riverSettings: riverSettings{FetchCooldown: *cooldown, FetchPollInterval: *poll},
-		wakeRates:     []float64{10, 500}, wakeCommits: 100, wakeRounds: 3,
-		logicalURL: *pgLogical, logicalEntries: 100_000, closers: new([]func(context.Context) error),
+		wakeRates:     []float64{10, 500}, wakeCommits: 70, wakeRounds: 3,
+		logicalURL: *pgLogical, logicalEntries: 60_000, closers: new([]func(context.Context) error),
 		settings: new([]string),
 	}
 	if *quick {
