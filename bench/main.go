@@ -362,7 +362,7 @@ func enqueueCells(ctx context.Context, env *benchkit.Env, p plan) ([]benchkit.Ce
 		unsignalled := prod.Loop("Enqueue, SignalDisabled", n, p.bound, benchkit.QuietEnqueue(quiet))
 		systems := []benchkit.System{baton, plain, peer, shaped, unsignalled, listened, polled, naive}
 		for i := range systems {
-			systems[i].Prepare = before(empty, systems[i].Prepare)
+			systems[i].Prepare = empty
 		}
 		cells = append(cells, benchkit.Cell{
 			Group: "enqueue", Name: fmt.Sprintf("%d producers", n), Unit: "tx/s",
@@ -537,17 +537,4 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
-}
-
-// before returns a Prepare that runs first, then then (when not nil).
-func before(first, then func(ctx context.Context) error) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		if err := first(ctx); err != nil {
-			return err
-		}
-		if then == nil {
-			return nil
-		}
-		return then(ctx)
-	}
 }

@@ -396,11 +396,12 @@ func (p *Producers) Loop(name string, producers int, d time.Duration, write func
 // EnqueueBeside is the enqueue loop of Producers.Enqueue with a leader
 // delivering beside it, started (and warmed up) before the measurement:
 // listening (the default IdleDelay) or polling every 5ms. write is the
-// producer's write in its transaction.
+// producer's write in its transaction. The caller's Prepare empties the
+// outbox and its cursor (Producers.Empty), as for every system of the
+// enqueue cell.
 func (p *Producers) EnqueueBeside(name string, st outbox.Store, listen bool, producers int, d time.Duration, write func(ctx context.Context, tx pgx.Tx) error) System {
 	return System{
-		Name:    name,
-		Prepare: func(ctx context.Context) error { return emptyOutbox(ctx, p.Pool) },
+		Name: name,
 		Run: func(ctx context.Context) (Sample, error) {
 			idle, pollOnly := outbox.DefaultIdleDelay, !listen
 			if pollOnly {

@@ -78,9 +78,11 @@ func gateKeySQL(oid string) string {
 // the constant t::regclass, resolved when the statement is planned (and
 // again when the table or the search_path changes), so the gate key and
 // the channel are constants of the plan, and no row is stored and read
-// back. A refused id (the dead-letter check) takes no lock and sends
-// nothing; one refused by the primary key fails the statement, and the
-// transaction with its signal.
+// back. An id the dead-letter check refuses inserts nothing whichever
+// condition the server evaluates first (a signal its transaction still
+// commits wakes the leader for a pass that finds nothing); one refused by
+// the primary key fails the statement, and the transaction with its
+// signal.
 func signalling(t, insert string) string {
 	oid := regclassLiteral(t) + "::oid"
 	return insert + `
