@@ -20,7 +20,10 @@ func TestTrusted_IsFalseWhileNoConnectionCheckSucceedsAndTrueAgainAfterOne(t *te
 	if err := pgxstore.Migrate(ctx, env.Pool, pgxstore.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	const interval = 50 * time.Millisecond
+	// Long enough that a busy machine (the whole module's tests at once)
+	// cannot delay a check past trustedChecks intervals by scheduling
+	// alone, short enough that a stalled check shows within a few seconds.
+	const interval = 500 * time.Millisecond
 	p, err := NewProvider(env.Pool, Options{PingInterval: interval})
 	if err != nil {
 		t.Fatal(err)
