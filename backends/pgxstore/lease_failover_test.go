@@ -255,6 +255,9 @@ func TestLeaseChurn_NoTwoHoldersEverAndTokensRise(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 20 s")
 	}
+	// Mostly waiting on heartbeats, in a schema of its own: it runs beside
+	// the other parallel tests of the package.
+	t.Parallel()
 	env := testenv.Postgres(t)
 	mustMigrate(t, testContext(t), env.Pool, MigrateOptions{})
 	roles := []string{"alpha", "beta", "gamma"}

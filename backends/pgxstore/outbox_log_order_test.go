@@ -258,6 +258,10 @@ func xidInversions(t *testing.T, ctx context.Context, pool *pgxpool.Pool, ids []
 }
 
 func TestOutboxLog_KeepsDeliveringWhileATransactionPinsTheWalk(t *testing.T) {
+	// Mostly waiting, on a server of its own: it runs beside the other
+	// parallel tests of the package.
+	t.Parallel()
+	const pinWindows, pinWindow = 4, 3 * time.Second
 	// A server of its own: the transaction held open pins every walk on
 	// the server.
 	srv := testenv.StartPostgresServer(t, testenv.LogicalSettings...)
@@ -309,7 +313,8 @@ func TestOutboxLog_KeepsDeliveringWhileATransactionPinsTheWalk(t *testing.T) {
 		return len(walked.snapshot()) > 3 && len(logged.snapshot()) > 3
 	})
 
-	// An unrelated transaction takes an xid and stays open for 30s.
+	// An unrelated transaction takes an xid and stays open for four
+	// windows of 3s.
 	pin, err := admin.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -320,8 +325,8 @@ func TestOutboxLog_KeepsDeliveringWhileATransactionPinsTheWalk(t *testing.T) {
 	pinnedAt := committed.Load()
 	walkAtPin := len(walked.snapshot())
 	logAt := len(logged.snapshot())
-	for window := range 6 {
-		time.Sleep(5 * time.Second)
+	for window := range pinWindows {
+		time.Sleep(pinWindow)
 		n := len(logged.snapshot())
 		if n <= logAt {
 			t.Fatalf("window %d of the pin: the log delivered nothing more (%d entries)", window+1, n)
@@ -340,6 +345,6 @@ func TestOutboxLog_KeepsDeliveringWhileATransactionPinsTheWalk(t *testing.T) {
 	eventually(t, 30*time.Second, "the walk did not catch up once the pin ended", func() bool {
 		return len(walked.snapshot()) > walkAtEnd+int(committed.Load()-pinnedAt)/2
 	})
-	t.Logf("during the 30s pin: the walk went from %d to %d entries, the log to %d; %d committed into each in all",
-		walkAtPin, walkAtEnd, logAt, committed.Load())
+	t.Logf("during the %v pin: the walk went from %d to %d entries, the log to %d; %d committed into each in all",
+		pinWindows*pinWindow, walkAtPin, walkAtEnd, logAt, committed.Load())
 }
