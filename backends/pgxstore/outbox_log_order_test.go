@@ -258,12 +258,11 @@ func xidInversions(t *testing.T, ctx context.Context, pool *pgxpool.Pool, ids []
 }
 
 func TestOutboxLog_KeepsDeliveringWhileATransactionPinsTheWalk(t *testing.T) {
-	// Mostly waiting, on a server of its own: it runs beside the other
-	// parallel tests of the package.
+	// A server of its own: the transaction held open pins every walk on
+	// the server. Mostly waiting, so it runs beside the package's other
+	// parallel tests.
 	t.Parallel()
 	const pinWindows, pinWindow = 4, 3 * time.Second
-	// A server of its own: the transaction held open pins every walk on
-	// the server.
 	srv := testenv.StartPostgresServer(t, testenv.LogicalSettings...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -313,8 +312,8 @@ func TestOutboxLog_KeepsDeliveringWhileATransactionPinsTheWalk(t *testing.T) {
 		return len(walked.snapshot()) > 3 && len(logged.snapshot()) > 3
 	})
 
-	// An unrelated transaction takes an xid and stays open for four
-	// windows of 3s.
+	// An unrelated transaction takes an xid and stays open for the
+	// pinWindows.
 	pin, err := admin.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
