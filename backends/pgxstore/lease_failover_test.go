@@ -16,15 +16,23 @@ import (
 	"github.com/baton-go/baton/internal/testenv"
 )
 
-// These tests run the core lease Manager on the PostgreSQL store and
-// measure what a user would: how long a role is without a holder after a
-// graceful close, a frozen holder and a database outage, and that no two
-// instances ever hold one role at once.
+// These tests run the core lease Manager on the PostgreSQL store: a role
+// changes hands after a graceful close, a frozen holder and a database
+// outage, and no two instances ever hold one role at once. They log how
+// long a role went without a holder, but bound only what a rule decides:
+// IsHeld is a clock check, so when it must have turned false is checked
+// exactly; when a successor gets round to taking over depends on the
+// scheduler, so that gets a deadline long enough for a loaded machine and
+// short enough to tell a working expiry or release from a missing one.
 
 const (
 	failoverLease  = 2 * time.Second
 	failoverRenew  = 400 * time.Millisecond
 	failoverMargin = 500 * time.Millisecond
+
+	// failoverEventually is how long a successor may take once the rule
+	// lets it in.
+	failoverEventually = 5 * failoverLease
 )
 
 // chaosStore wraps a lease store so a test can freeze one instance's
@@ -84,9 +92,15 @@ func serverAddr(t *testing.T, env *testenv.PostgresEnv) string {
 
 func startManager(t *testing.T, store lease.Store, id string, roles ...string) (*lease.Manager, []*lease.Lease) {
 	t.Helper()
+	return startManagerFor(t, store, id, failoverLease, roles...)
+}
+
+// startManagerFor is startManager with a LeaseDuration of its own.
+func startManagerFor(t *testing.T, store lease.Store, id string, leaseFor time.Duration, roles ...string) (*lease.Manager, []*lease.Lease) {
+	t.Helper()
 	m, err := lease.NewManager(lease.Config{
 		Store: store, InstanceID: id, Address: "http://" + id,
-		LeaseDuration: failoverLease, RenewInterval: failoverRenew, HeldSafetyMargin: failoverMargin,
+		LeaseDuration: leaseFor, RenewInterval: failoverRenew, HeldSafetyMargin: failoverMargin,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -134,16 +148,20 @@ func holders(ls ...*lease.Lease) int {
 	return n
 }
 
-func TestLeaseFailover_GracefulCloseHandsOverWithinOneSecond(t *testing.T) {
+// TestLeaseFailover_GracefulCloseHandsOverBeforeTheTermRunsOut: the lease
+// here lasts 20 s, so a successor within half of it can only come from the
+// released row, never from expiry.
+func TestLeaseFailover_GracefulCloseHandsOverBeforeTheTermRunsOut(t *testing.T) {
 	env := testenv.Postgres(t)
 	mustMigrate(t, testContext(t), env.Pool, MigrateOptions{})
+	const leaseFor = 20 * time.Second
 	var ms []*lease.Manager
 	var ls []*lease.Lease
 	for i := range 3 {
-		m, l := startManager(t, mustLeaseStore(t, newPool(t, env, nil), LeaseStoreOptions{}), fmt.Sprintf("node-%d", i), "maintenance")
+		m, l := startManagerFor(t, mustLeaseStore(t, newPool(t, env, nil), LeaseStoreOptions{}), fmt.Sprintf("node-%d", i), leaseFor, "maintenance")
 		ms, ls = append(ms, m), append(ls, l[0])
 	}
-	waitFor(t, 5*time.Second, "a first holder", func() bool { return holders(ls...) == 1 })
+	waitFor(t, failoverEventually, "a first holder", func() bool { return holders(ls...) == 1 })
 	first := slices.IndexFunc(ls, (*lease.Lease).IsHeld)
 	firstToken := ls[first].Token()
 
@@ -152,7 +170,7 @@ func TestLeaseFailover_GracefulCloseHandsOverWithinOneSecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	rest := slices.Delete(slices.Clone(ls), first, first+1)
-	took := waitFor(t, time.Second, "a successor after graceful Close", func() bool { return holders(rest...) == 1 }).Sub(closed)
+	took := waitFor(t, leaseFor/2, "a successor after graceful Close", func() bool { return holders(rest...) == 1 }).Sub(closed)
 	t.Logf("graceful handover: %v", took.Round(time.Microsecond))
 	next := rest[slices.IndexFunc(rest, (*lease.Lease).IsHeld)]
 	if next.Token() <= firstToken {
@@ -160,7 +178,10 @@ func TestLeaseFailover_GracefulCloseHandsOverWithinOneSecond(t *testing.T) {
 	}
 }
 
-func TestLeaseFailover_FrozenHolderIsReplacedWithinLeasePlusRenew(t *testing.T) {
+// TestLeaseFailover_FrozenHolderIsReplacedOnceItsTermRunsOut: a holder
+// that stops renewing, without closing, stops believing it holds before
+// anyone else does, and is then replaced.
+func TestLeaseFailover_FrozenHolderIsReplacedOnceItsTermRunsOut(t *testing.T) {
 	env := testenv.Postgres(t)
 	mustMigrate(t, testContext(t), env.Pool, MigrateOptions{})
 	stores := make([]*chaosStore, 3)
@@ -170,15 +191,14 @@ func TestLeaseFailover_FrozenHolderIsReplacedWithinLeasePlusRenew(t *testing.T) 
 		_, l := startManager(t, stores[i], fmt.Sprintf("node-%d", i), "maintenance")
 		ls[i] = l[0]
 	}
-	waitFor(t, 5*time.Second, "a first holder", func() bool { return holders(ls...) == 1 })
+	waitFor(t, failoverEventually, "a first holder", func() bool { return holders(ls...) == 1 })
 	first := slices.IndexFunc(ls, (*lease.Lease).IsHeld)
 
 	stores[first].stall(time.Hour) // alive, never releasing, never renewing
 	frozen := time.Now()
 	rest := slices.Delete(slices.Clone(ls), first, first+1)
-	limit := failoverLease + failoverRenew + time.Second
 	var overlap bool
-	took := waitFor(t, limit, "a successor to a frozen holder", func() bool {
+	took := waitFor(t, failoverEventually, "a successor to a frozen holder", func() bool {
 		if ls[first].IsHeld() && holders(rest...) > 0 {
 			overlap = true
 		}
@@ -199,32 +219,41 @@ func TestLeaseFailover_UnreachableDatabaseFailsClosed(t *testing.T) {
 	proxy := testenv.NewFaultProxy(t, serverAddr(t, env))
 	cutStore := mustLeaseStore(t, poolVia(t, env, proxy.Addr()), LeaseStoreOptions{})
 	_, cut := startManager(t, cutStore, "cut", "maintenance")
-	waitFor(t, 5*time.Second, "the proxied instance holding", cut[0].IsHeld)
+	waitFor(t, failoverEventually, "the proxied instance holding", cut[0].IsHeld)
 	_, others := startManager(t, mustLeaseStore(t, newPool(t, env, nil), LeaseStoreOptions{}), "other", "maintenance")
 
 	time.Sleep(2 * failoverRenew) // a few renewals through the proxy
 	proxy.SetMode(testenv.Reset)  // every connection reset, new ones refused
 	severed := time.Now()
 
+	// The last good renewal started before the cut, so IsHeld must answer
+	// false to any call made later than LeaseDuration − HeldSafetyMargin
+	// after it. Each call's time is read before the call: a late poll on a
+	// loaded machine only reads a later time, never a false violation.
+	failClosed := failoverLease - failoverMargin
 	var overlap bool
-	lostAt := waitFor(t, failoverLease, "the cut-off holder giving up", func() bool {
-		if cut[0].IsHeld() && others[0].IsHeld() {
+	var heldTooLong time.Duration
+	lostAt := waitFor(t, failoverEventually, "the cut-off holder giving up", func() bool {
+		asked := time.Since(severed)
+		held := cut[0].IsHeld()
+		if held && asked > failClosed {
+			heldTooLong = asked
+		}
+		if held && others[0].IsHeld() {
 			overlap = true
 		}
-		return !cut[0].IsHeld()
+		return !held
 	})
-	// The last good renewal started before the cut, so IsHeld must end
-	// within LeaseDuration − HeldSafetyMargin of the cut at the latest.
-	gaveUp := lostAt.Sub(severed)
-	if gaveUp > failoverLease-failoverMargin+20*time.Millisecond {
-		t.Fatalf("IsHeld stayed true %v after the cut, beyond LeaseDuration-HeldSafetyMargin (%v)", gaveUp, failoverLease-failoverMargin)
+	if heldTooLong > 0 {
+		t.Fatalf("IsHeld answered true %v after the cut, beyond LeaseDuration-HeldSafetyMargin (%v)", heldTooLong, failClosed)
 	}
-	if others[0].IsHeld() || overlap {
+	gaveUp := lostAt.Sub(severed)
+	if overlap {
 		t.Fatal("another instance held while the cut-off one still did")
 	}
 	// Nobody holds until the database lets the row expire; then the other
 	// instance takes over, and the cut-off one never comes back.
-	tookOver := waitFor(t, failoverLease+failoverRenew+time.Second, "the reachable instance taking over", func() bool {
+	tookOver := waitFor(t, failoverEventually, "the reachable instance taking over", func() bool {
 		if cut[0].IsHeld() {
 			overlap = true
 		}
