@@ -148,6 +148,70 @@ func TestDocs_IndexLinksEveryGuide(t *testing.T) {
 	}
 }
 
+// TestDocs_EveryTableRowHasItsHeadersWidth: a Markdown table row with more
+// or fewer cells than its header renders shifted or cut, so a figure lands
+// under the wrong column without anyone noticing.
+func TestDocs_EveryTableRowHasItsHeadersWidth(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append([]string{"README.md", "CHANGELOG.md"}, files...)
+	tables := 0
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, problems := checkTableWidths(filepath.ToSlash(f), string(src))
+		tables += n
+		for _, p := range problems {
+			t.Error(p)
+		}
+	}
+	if tables == 0 {
+		t.Fatal("no Markdown tables found; the check would prove nothing")
+	}
+}
+
+func TestDocs_ATableRowOfAnotherWidthIsReportedAtItsLine(t *testing.T) {
+	md := "# T\n\n| a | b |\n|---|---|\n| 1 | 2 |\n| 1 | 2 | 3 |\n\n```\n| x |\n| x | y |\n```\n\n| p \\| q | r |\n|---|---|\n"
+	n, problems := checkTableWidths("t.md", md)
+	if n != 2 {
+		t.Errorf("found %d tables, want 2 (a fenced block is no table)", n)
+	}
+	want := []string{"t.md:6: 3 cells, its table's header has 2"}
+	if !slices.Equal(problems, want) {
+		t.Errorf("problems %q, want %q", problems, want)
+	}
+}
+
+// checkTableWidths returns how many tables src holds, outside fenced code
+// blocks, and a problem for every row whose cell count differs from its
+// header's. A cell may hold an escaped pipe (\|).
+func checkTableWidths(file, src string) (tables int, problems []string) {
+	fenced := false
+	width := 0 // the current table's header width; 0 outside a table
+	for i, line := range strings.Split(src, "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		if fenced || !strings.HasPrefix(line, "|") {
+			width = 0
+			continue
+		}
+		cells := strings.Count(strings.ReplaceAll(strings.TrimSpace(line), `\|`, ""), "|") - 1
+		switch {
+		case width == 0:
+			width = cells
+			tables++
+		case cells != width:
+			problems = append(problems, fmt.Sprintf("%s:%d: %d cells, its table's header has %d", file, i+1, cells, width))
+		}
+	}
+	return tables, problems
+}
+
 // TestDocs_ABrokenBlockIsReportedAtItsMarkdownLine checks the checker: a
 // type error, a syntax error and a missing variable are each reported at the
 // Markdown line that holds them, and correct annotated fragments (with
