@@ -36,11 +36,16 @@ func newPgxPool(t testing.TB, env *testenv.PostgresEnv) *pgxpool.Pool {
 	return pool
 }
 
+// mixedLease is long, so that a takeover within half of it can only come
+// from a released row, never from one that expired, however loaded the
+// machine.
+const mixedLease = 20 * time.Second
+
 func startManager(t *testing.T, st lease.Store, id, role string) (*lease.Manager, *lease.Lease) {
 	t.Helper()
 	m, err := lease.NewManager(lease.Config{
 		Store: st, InstanceID: id, Address: "http://" + id,
-		LeaseDuration: 3 * time.Second, RenewInterval: 300 * time.Millisecond, HeldSafetyMargin: 500 * time.Millisecond,
+		LeaseDuration: mixedLease, RenewInterval: 300 * time.Millisecond, HeldSafetyMargin: 500 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -102,8 +107,8 @@ func awaitHeld(t *testing.T, l *lease.Lease, within time.Duration) time.Duration
 // TestMixedNodes_PgxAndBunShareOneRoleLeaseAndHandOverBothWays: a pgx
 // manager and a bun manager register the same role; exactly one holds it
 // at any moment, and a graceful close on either side hands it to the other
-// within a second (the release's NOTIFY wakes the other adapter's watcher),
-// with a larger fencing token each time.
+// long before the lease could have run out (the release's NOTIFY wakes the
+// other adapter's watcher), with a larger fencing token each time.
 func TestMixedNodes_PgxAndBunShareOneRoleLeaseAndHandOverBothWays(t *testing.T) {
 	env, db := bunEnv(t)
 	channel := "releases " + env.Schema
@@ -141,7 +146,7 @@ func TestMixedNodes_PgxAndBunShareOneRoleLeaseAndHandOverBothWays(t *testing.T) 
 	if err := holderM.Close(testContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	took := awaitHeld(t, other, time.Second)
+	took := awaitHeld(t, other, mixedLease/2)
 	if other.Token() <= firstToken {
 		t.Fatalf("the successor's token %d is not above its predecessor's %d", other.Token(), firstToken)
 	}
@@ -163,7 +168,7 @@ func TestMixedNodes_PgxAndBunShareOneRoleLeaseAndHandOverBothWays(t *testing.T) 
 	if err := otherM.Close(testContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	tookBack := awaitHeld(t, back, time.Second)
+	tookBack := awaitHeld(t, back, mixedLease/2)
 	close(stop2)
 	wg2.Wait()
 	if back.Token() <= secondToken {

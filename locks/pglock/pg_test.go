@@ -133,9 +133,13 @@ func TestAcquire_WithoutFenceTableFailsAndLeavesNoLockBehind(t *testing.T) {
 	env.Pool.Exec(ctx, "SELECT pg_advisory_unlock_all()")
 }
 
-func TestLost_ClosesWithinThePingIntervalWhenTheBackendIsKilled(t *testing.T) {
+// TestLost_ClosesAtOnceWhenTheBackendIsKilled: a session the server ends
+// sends a FATAL error as it goes, and the watcher closes Lost on it without
+// waiting for a ping. The ping interval here is a minute, so a Lost within
+// the deadline can only come from that error, however loaded the machine.
+func TestLost_ClosesAtOnceWhenTheBackendIsKilled(t *testing.T) {
 	env := setup(t)
-	const interval = 300 * time.Millisecond
+	const interval, deadline = time.Minute, 10 * time.Second
 	p := newProvider(t, newPool(t, env.URL), pglock.Options{PingInterval: interval})
 	ctx := context.Background()
 	l, err := p.Acquire(ctx, "killed", lock.AcquireOptions{})
@@ -148,11 +152,12 @@ func TestLost_ClosesWithinThePingIntervalWhenTheBackendIsKilled(t *testing.T) {
 	start := time.Now()
 	select {
 	case <-l.Lost():
-	case <-time.After(2 * interval):
-		t.Fatalf("Lost still open %v after the backend was terminated", 2*interval)
+	case <-time.After(deadline):
+		t.Fatalf("Lost still open %v after the backend was terminated; the next ping is %v away", deadline, interval)
 	}
-	if took := time.Since(start); took > interval+100*time.Millisecond {
-		t.Fatalf("Lost closed after %v, want within the ping interval (%v)", took, interval)
+	t.Logf("Lost closed %v after the backend was terminated", time.Since(start).Round(time.Microsecond))
+	if l.Trusted() {
+		t.Fatal("Trusted after Lost closed")
 	}
 	if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("Release after loss: %v, want ErrNotHeld", err)
