@@ -30,8 +30,9 @@ const (
 	failoverRenew  = 400 * time.Millisecond
 	failoverMargin = 500 * time.Millisecond
 
-	// failoverEventually is how long a successor may take once the rule
-	// lets it in.
+	// failoverEventually is how long a first holder, a giving-up or a
+	// successor may take, counted from the start, the freeze or the cut:
+	// five leases, where a working expiry needs about one.
 	failoverEventually = 5 * failoverLease
 )
 
