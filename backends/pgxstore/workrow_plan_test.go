@@ -195,3 +195,51 @@ func median(d []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// TestWorkRows_PreparedClaimSettlesOnAGenericPlan: over one connection, the
+// claim statement runs prepared (pgx's statement cache), and once
+// PostgreSQL's five custom plans are done it keeps the generic one, so no
+// claim after them is planned afresh. With the batch size a parameter
+// (LIMIT $n), the generic plan's estimate was a tenth of the table and
+// every claim got a custom plan of its own.
+func TestWorkRows_PreparedClaimSettlesOnAGenericPlan(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	loadQueue(t, ctx, env.Pool, "plan_cache_queue", 0, 10_000)
+	cfg := env.Pool.Config()
+	cfg.MaxConns = 1 // every claim on the connection whose statements are read below
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	st, err := NewWorkRows[int64](pool, WorkRowsOptions[conformance.WorkRow]{
+		Table: "plan_cache_queue", Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const claims = 12
+	var q string
+	for i := range claims {
+		sp := suiteSpec(time.Now(), 20)
+		sp.Eligible = eligibleForPlan
+		if i == 0 {
+			if q, _, err = st.ClaimStatement(ctx, sp); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := st.Claim(ctx, sp); err != nil || len(got) != 20 {
+			t.Fatalf("claim %d = %d rows, %v; want 20", i+1, len(got), err)
+		}
+	}
+	var generic, custom int64
+	err = pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, q).Scan(&generic, &custom)
+	if err != nil {
+		t.Fatalf("reading the prepared claim's plan counts: %v", err)
+	}
+	t.Logf("%d claims: %d generic plans, %d custom", claims, generic, custom)
+	if custom > 5 || generic < claims-5 {
+		t.Errorf("%d claims over one connection ran on %d custom plans and %d generic; want at most 5 custom (PostgreSQL's trial plans) and the rest generic", claims, custom, generic)
+	}
+}
