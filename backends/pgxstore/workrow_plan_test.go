@@ -206,30 +206,26 @@ func TestWorkRows_PreparedClaimSettlesOnAGenericPlan(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
 	loadQueue(t, ctx, env.Pool, "plan_cache_queue", 0, 10_000)
-	cfg := env.Pool.Config()
-	cfg.MaxConns = 1 // every claim on the connection whose statements are read below
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	// One connection: every claim runs on the one whose statements are read below.
+	pool := newPool(t, env, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	st, err := NewWorkRows[int64](pool, WorkRowsOptions[conformance.WorkRow]{
 		Table: "plan_cache_queue", Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const claims = 12
-	var q string
-	for i := range claims {
+	spec := func() workrow.ClaimSpec {
 		sp := suiteSpec(time.Now(), 20)
 		sp.Eligible = eligibleForPlan
-		if i == 0 {
-			if q, _, err = st.ClaimStatement(ctx, sp); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got, err := st.Claim(ctx, sp); err != nil || len(got) != 20 {
+		return sp
+	}
+	q, _, err := st.ClaimStatement(ctx, spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const claims = 12
+	for i := range claims {
+		if got, err := st.Claim(ctx, spec()); err != nil || len(got) != 20 {
 			t.Fatalf("claim %d = %d rows, %v; want 20", i+1, len(got), err)
 		}
 	}
