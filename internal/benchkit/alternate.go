@@ -91,9 +91,9 @@ func (r CellResult) Met(i int) bool {
 	}
 }
 
-// Alternate runs the cell: rounds rounds, in each every system once, the
-// order rotated by one system per round so that none always runs first or
-// after the same neighbour. Each ratio is computed within a round (both
+// Alternate runs the cell: rounds rounds, in each every system once, in
+// the order RoundOrder gives, so that none always runs first or after the
+// same neighbour. Each ratio is computed within a round (both
 // systems measured under the same load) and summarised over the rounds.
 func Alternate(ctx context.Context, c Cell, rounds int) (CellResult, error) {
 	if c.Rounds > 0 {
@@ -121,8 +121,8 @@ func Alternate(ctx context.Context, c Cell, rounds int) (CellResult, error) {
 	perRound := make([][]float64, len(c.Ratios))
 	for round := range rounds {
 		rates := map[string]float64{}
-		for k := range c.System {
-			s := c.System[(round+k)%len(c.System)]
+		for _, i := range RoundOrder(len(c.System), round) {
+			s := c.System[i]
 			if s.Prepare != nil {
 				if err := s.Prepare(ctx); err != nil {
 					return CellResult{}, fmt.Errorf("%s %s, %s: prepare: %w", c.Group, c.Name, s.Name, err)
@@ -157,4 +157,37 @@ func Alternate(ctx context.Context, c Cell, rounds int) (CellResult, error) {
 		res.Ratios = append(res.Ratios, StatOf(perRound[i]))
 	}
 	return res, nil
+}
+
+// RoundOrder is the order in which round runs n systems: it starts with
+// system round mod n, so that over n rounds each system runs first once,
+// and steps through the systems by a stride coprime with n that changes
+// from round to round. A plain rotation (stride 1 every round) would keep
+// the cyclic order, and every system would run after the same neighbour in
+// every round it does not start: whatever one system leaves behind (a
+// notification queue, a checkpoint it triggered, a connection still
+// closing) would always be charged to the same other system.
+func RoundOrder(n, round int) []int {
+	var strides []int
+	for s := 1; s < n; s++ {
+		if gcd(s, n) == 1 {
+			strides = append(strides, s)
+		}
+	}
+	if len(strides) == 0 {
+		strides = []int{1}
+	}
+	start, stride := round%n, strides[round%len(strides)]
+	order := make([]int, n)
+	for k := range order {
+		order[k] = (start + k*stride) % n
+	}
+	return order
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }

@@ -156,7 +156,7 @@ func fixed(name string, order *[]string, rates ...float64) System {
 	}}
 }
 
-func TestAlternate_RotatesTheOrderAndTakesEachRatioWithinARound(t *testing.T) {
+func TestAlternate_RunsEachRoundInItsOrderAndTakesEachRatioWithinARound(t *testing.T) {
 	var order []string
 	c := Cell{Group: "g", Name: "n", Unit: "ops/s",
 		System: []System{fixed("a", &order, 100, 200, 300), fixed("b", &order, 100, 100, 100), fixed("c", &order, 50)},
@@ -166,8 +166,8 @@ func TestAlternate_RotatesTheOrderAndTakesEachRatioWithinARound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"a", "b", "c", "b", "c", "a", "c", "a", "b"}; !slices.Equal(order, want) {
-		t.Fatalf("ran %v; want each round to start one system later: %v", order, want)
+	if want := []string{"a", "b", "c", "b", "a", "c", "c", "a", "b"}; !slices.Equal(order, want) {
+		t.Fatalf("ran %v; want the rounds in RoundOrder's orders: %v", order, want)
 	}
 	if r := res.Ratios[0]; r.Median != 2 || r.Min != 1 || r.Max != 3 {
 		t.Fatalf("throughput ratio %+v; want median 2 of the rounds' 1, 2, 3", r)
@@ -184,6 +184,38 @@ func TestAlternate_RotatesTheOrderAndTakesEachRatioWithinARound(t *testing.T) {
 	c.Rounds = 4
 	if res, err := Alternate(context.Background(), c, 3); err != nil || res.Ratios[0].N != 4 {
 		t.Fatalf("a cell's own Rounds (4) must replace the run's (3): %d alternations, %v", res.Ratios[0].N, err)
+	}
+}
+
+func TestRoundOrder_EachSystemStartsOnceAndFollowsDifferentNeighbours(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 5, 8, 9} {
+		first := map[int]int{}
+		before := make([]map[int]bool, n) // the systems each ran right after
+		for i := range before {
+			before[i] = map[int]bool{}
+		}
+		for round := range 2 * n {
+			order := RoundOrder(n, round)
+			for i, v := range slices.Sorted(slices.Values(order)) {
+				if v != i || len(order) != n {
+					t.Fatalf("n %d round %d: order %v does not run every system once", n, round, order)
+				}
+			}
+			first[order[0]]++
+			for k := 1; k < n; k++ {
+				before[order[k]][order[k-1]] = true
+			}
+		}
+		for i := range n {
+			if first[i] != 2 {
+				t.Errorf("n %d: system %d ran first %d times in %d rounds; want 2", n, i, first[i], 2*n)
+			}
+			// With three systems or more, a system that always ran after
+			// the same one would carry whatever that one leaves behind.
+			if n >= 3 && len(before[i]) < 2 {
+				t.Errorf("n %d: system %d always ran after %v", n, i, before[i])
+			}
+		}
 	}
 }
 
