@@ -963,6 +963,59 @@ FROM generate_series(1, 100000) AS g`)
 	}
 }
 
+// TestOutboxStore_PreparedScanSettlesOnAGenericPlanThroughABacklog: over
+// one connection, the walk's scan runs prepared (pgx's statement cache)
+// through a backlog of 5 000 entries, and once PostgreSQL's five custom
+// plans are done it keeps the generic one, so no later scan is planned
+// afresh. With the cursor and the limit as plain parameters, the custom
+// plan for each cursor was estimated cheaper than the generic one and
+// every scan was planned again.
+func TestOutboxStore_PreparedScanSettlesOnAGenericPlanThroughABacklog(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	var horizon uint64
+	if err := env.Pool.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())").Scan(&horizon); err != nil {
+		t.Fatal(err)
+	}
+	if horizon < 8 {
+		t.Fatalf("the horizon is %d; the test needs a few xids below it", horizon)
+	}
+	const entries, batch, scans = 5000, 100, 12
+	_, err := env.Pool.Exec(ctx, `INSERT INTO baton_outbox (xid, id, lane, payload)
+SELECT (1 + (g - 1) * ($1::bigint - 2) / $2::bigint)::text::xid8, gen_random_uuid(), 'plan', jsonb_build_object('n', g)
+FROM generate_series(1, $2::bigint) AS g`, int64(horizon), int64(entries))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(ctx, "ANALYZE baton_outbox"); err != nil {
+		t.Fatal(err)
+	}
+	// One connection: every scan runs on the one whose statements are read below.
+	pool := newPool(t, env, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	st := mustOutboxStore(t, pool, OutboxStoreOptions{})
+	var cursor outbox.Cursor
+	for i := range scans {
+		es, err := st.Scan(ctx, cursor, batch)
+		if err != nil || len(es) != batch {
+			t.Fatalf("scan %d = %d entries, %v; want %d", i+1, len(es), err, batch)
+		}
+		if es[0].Cursor().Compare(cursor) <= 0 {
+			t.Fatalf("scan %d started at %v, not after the cursor %v", i+1, es[0].Cursor(), cursor)
+		}
+		cursor = es[len(es)-1].Cursor()
+	}
+	var generic, custom int64
+	err = pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, st.Statements().Scan).Scan(&generic, &custom)
+	if err != nil {
+		t.Fatalf("reading the prepared scan's plan counts: %v", err)
+	}
+	t.Logf("%d scans: %d generic plans, %d custom", scans, generic, custom)
+	if custom > 5 || generic < scans-5 {
+		t.Errorf("%d scans over one connection ran on %d custom plans and %d generic; want at most 5 custom (PostgreSQL's trial plans) and the rest generic", scans, custom, generic)
+	}
+}
+
 // A settlement never fails on a conflict it can foresee: an entry written
 // around Enqueue (or by an older version, before parking copied) may carry
 // the id of a dead letter. Parking it replaces that dead letter instead of

@@ -220,11 +220,21 @@ WHERE NOT EXISTS (SELECT 1 FROM ` + d + ` WHERE id = $1::uuid)`
 // back transactions are not visible. The columns are selected under their
 // own names, so ORDER BY sorts the columns the index holds.
 func outboxScanSQL(t string) string {
+	// The cursor and the limit are read through one-row subqueries, which
+	// the planner cannot see into: a custom plan for given values is then
+	// the generic plan, so a prepared scan keeps the generic one after
+	// PostgreSQL's five trial plans instead of being planned afresh on
+	// every call. Given the values, the planner would estimate how many
+	// entries lie after this cursor, find a custom plan cheaper than the
+	// generic one (which assumes a tenth of the table for LIMIT $3), and
+	// plan each scan of a backlog again: a sixth of the scan's server time
+	// at a batch of 1 000. The plan is the same index range scan either
+	// way, and on an empty, never analyzed table too.
 	return `SELECT xid, id, lane, payload, created_at, trace_context FROM ` + t + `
-WHERE (xid, id) > ($1::xid8, $2::uuid)
+WHERE (xid, id) > (SELECT $1::xid8, $2::uuid)
   AND xid < pg_snapshot_xmin(pg_current_snapshot())
 ORDER BY xid, id
-LIMIT $3`
+LIMIT (SELECT $3::bigint)`
 }
 
 // outboxLockCursorSQL locks the two cursor keys of the quoted state table
