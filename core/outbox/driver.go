@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"sync"
 	"time"
@@ -250,7 +251,7 @@ func (w *walker) pass(ctx context.Context) (delay time.Duration, deposed bool) {
 		settled   int // entries of the batch delivered or parked, a prefix
 		stop      *stopInfo
 	)
-	for _, run := range splitRuns(entries) {
+	for run := range splitRuns(entries) {
 		if ctx.Err() != nil {
 			return 0, false // lost or shutting down: settle nothing
 		}
@@ -426,18 +427,23 @@ func deliver(ctx context.Context, p Processor, run []Entry) (outcomes []Outcome,
 	return p.Deliver(ctx, run)
 }
 
-// splitRuns cuts a batch into maximal runs of consecutive same-lane entries.
-func splitRuns(entries []Entry) [][]Entry {
-	var runs [][]Entry
-	for start := 0; start < len(entries); {
-		end := start + 1
-		for end < len(entries) && entries[end].Lane == entries[start].Lane {
-			end++
+// splitRuns yields a batch's maximal runs of consecutive same-lane
+// entries, in order, as subslices of entries. It builds no list of them:
+// entries whose lanes interleave make a run of one or two entries each,
+// hundreds in a batch of 1 000.
+func splitRuns(entries []Entry) iter.Seq[[]Entry] {
+	return func(yield func([]Entry) bool) {
+		for start := 0; start < len(entries); {
+			end := start + 1
+			for end < len(entries) && entries[end].Lane == entries[start].Lane {
+				end++
+			}
+			if !yield(entries[start:end]) {
+				return
+			}
+			start = end
 		}
-		runs = append(runs, entries[start:end])
-		start = end
 	}
-	return runs
 }
 
 // Stamps are RFC 3339 with nanoseconds, in UTC.
