@@ -51,8 +51,8 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		if tok, err := acquireScript.Run(ctx, env.Client, floorKeys, "v", ttl).Int64(); err != nil || tok == 0 {
-			b.Fatalf("floor acquire: %d, %v", tok, err)
+		if answer, err := acquireScript.Run(ctx, env.Client, floorKeys, "v", ttl).Int64Slice(); err != nil || len(answer) == 0 || answer[0] == 0 {
+			b.Fatalf("floor acquire: %v, %v; want {token, uptime}", answer, err)
 		}
 		if err := releaseScript.Run(ctx, env.Client, floorKeys[:1], "v").Err(); err != nil {
 			b.Fatal(err)
