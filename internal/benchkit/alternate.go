@@ -168,6 +168,9 @@ func Alternate(ctx context.Context, c Cell, rounds int) (CellResult, error) {
 // notification queue, a checkpoint it triggered, a connection still
 // closing) would always be charged to the same other system.
 func RoundOrder(n, round int) []int {
+	if n <= 0 {
+		return nil
+	}
 	var strides []int
 	for s := 1; s < n; s++ {
 		if gcd(s, n) == 1 {
