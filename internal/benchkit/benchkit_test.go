@@ -188,6 +188,9 @@ func TestAlternate_RunsEachRoundInItsOrderAndTakesEachRatioWithinARound(t *testi
 }
 
 func TestRoundOrder_EachSystemStartsOnceAndFollowsDifferentNeighbours(t *testing.T) {
+	if got := RoundOrder(0, 3); got != nil {
+		t.Fatalf("RoundOrder(0, 3) = %v; want no systems to run", got)
+	}
 	for _, n := range []int{1, 2, 3, 4, 5, 8, 9} {
 		first := map[int]int{}
 		before := make([]map[int]bool, n) // the systems each ran right after
