@@ -289,16 +289,24 @@ func TestEnqueue_RowLockTakesTheXIDWhenGrantedAnUpdateBeforeWaiting(t *testing.T
 			<-finished
 			_ = tx.Rollback(context.Background())
 		})
+		// pg_stat_activity takes backend_xid from a snapshot of the
+		// backends made as the query starts, and wait_event_type live: one
+		// read can see the wait and, from just before it, no xid yet. So
+		// the xid is the one of a second read that still sees the wait,
+		// whose snapshot was made once the wait had begun.
 		deadline := time.Now().Add(10 * time.Second)
-		for {
+		for seen := false; ; {
 			var locked bool
 			err := env.Pool.QueryRow(ctx, `SELECT wait_event_type IS NOT DISTINCT FROM 'Lock', backend_xid::text
 FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&locked, &w.xid)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if locked {
+			if locked && seen {
 				return w
+			}
+			if seen = locked; seen {
+				continue
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("%q did not wait for the row lock within 10s", stmt)
