@@ -345,6 +345,13 @@ func TestLeaseChurn_NoTwoHoldersEverAndTokensRise(t *testing.T) {
 	stop := make(chan struct{})
 	var intervals []heldInterval
 	samplerDone := make(chan struct{})
+	// who names a lease's instance; spawn writes names under mu while the
+	// sampler runs.
+	who := func(l *lease.Lease) string {
+		mu.Lock()
+		defer mu.Unlock()
+		return names[l]
+	}
 	go func() {
 		defer close(samplerDone)
 		opened := map[*lease.Lease]*open{}
@@ -353,7 +360,7 @@ func TestLeaseChurn_NoTwoHoldersEverAndTokensRise(t *testing.T) {
 			select {
 			case <-stop:
 				for l, o := range opened {
-					intervals = append(intervals, heldInterval{l, names[l], o.from, last[l], o.token, o.twice})
+					intervals = append(intervals, heldInterval{l, who(l), o.from, last[l], o.token, o.twice})
 				}
 				return
 			default:
@@ -373,7 +380,7 @@ func TestLeaseChurn_NoTwoHoldersEverAndTokensRise(t *testing.T) {
 						o.twice = true
 					}
 				case o != nil:
-					intervals = append(intervals, heldInterval{l, names[l], o.from, last[l], o.token, o.twice})
+					intervals = append(intervals, heldInterval{l, who(l), o.from, last[l], o.token, o.twice})
 					delete(opened, l)
 				}
 				if held {
