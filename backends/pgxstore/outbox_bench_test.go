@@ -33,14 +33,14 @@ func benchOutbox(b *testing.B, ctx context.Context) (*testenv.PostgresEnv, *Outb
 }
 
 // horizonOf returns the current horizon: every xid below it has ended.
-func horizonOf(b *testing.B, ctx context.Context, pool *pgxpool.Pool) uint64 {
-	b.Helper()
+func horizonOf(tb testing.TB, ctx context.Context, pool *pgxpool.Pool) uint64 {
+	tb.Helper()
 	var h uint64
 	if err := pool.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())").Scan(&h); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if h < 8 {
-		b.Fatalf("the horizon is %d; the benchmark needs a few xids below it", h)
+		tb.Fatalf("the horizon is %d; a few xids below it are needed", h)
 	}
 	return h
 }
@@ -48,8 +48,8 @@ func horizonOf(b *testing.B, ctx context.Context, pool *pgxpool.Pool) uint64 {
 // loadOutbox inserts n entries with xids spread over [from, to), in
 // batches, then vacuums and analyzes the table, so passes read a settled
 // table (hint bits set, statistics current).
-func loadOutbox(b *testing.B, ctx context.Context, pool *pgxpool.Pool, from, to uint64, n int) {
-	b.Helper()
+func loadOutbox(tb testing.TB, ctx context.Context, pool *pgxpool.Pool, from, to uint64, n int) {
+	tb.Helper()
 	const chunk = 100_000
 	for start := 0; start < n; start += chunk {
 		count := min(chunk, n-start)
@@ -58,11 +58,11 @@ SELECT ($1::bigint + (($4::bigint + g - 1) * ($2::bigint - $1::bigint)) / $5::bi
        gen_random_uuid(), 'bench.' || (g % 3), $3::jsonb, now() - interval '1 hour'
 FROM generate_series(1, $6::bigint) AS g`, int64(from), int64(to), benchPayload, int64(start), int64(n), int64(count))
 		if err != nil {
-			b.Fatalf("load the outbox: %v", err)
+			tb.Fatalf("load the outbox: %v", err)
 		}
 	}
 	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) baton_outbox"); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 

@@ -874,13 +874,7 @@ func TestOutboxStore_StatementsRideTheirIndexes(t *testing.T) {
 	// Explicit xids, all below the horizon: 200 000 below the cursor xid
 	// c, 1 000 from c up. Several entries share an xid, like the entries
 	// of one transaction.
-	var horizon uint64
-	if err := env.Pool.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())").Scan(&horizon); err != nil {
-		t.Fatal(err)
-	}
-	if horizon < 8 {
-		t.Fatalf("the horizon is %d; the test needs a few xids below it", horizon)
-	}
+	horizon := horizonOf(t, ctx, env.Pool)
 	c := horizon / 2
 	_, err := env.Pool.Exec(ctx, `INSERT INTO baton_outbox (xid, id, lane, payload, created_at)
 SELECT (1 + (g - 1) * ($1::bigint - 1) / 200000)::text::xid8, gen_random_uuid(), 'plan.' || (g % 3),
@@ -982,23 +976,8 @@ func TestOutboxStore_PreparedScanSettlesOnAGenericPlanThroughABacklog(t *testing
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
 	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
-	var horizon uint64
-	if err := env.Pool.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())").Scan(&horizon); err != nil {
-		t.Fatal(err)
-	}
-	if horizon < 8 {
-		t.Fatalf("the horizon is %d; the test needs a few xids below it", horizon)
-	}
 	const entries, batch, scans = 5000, 100, 12
-	_, err := env.Pool.Exec(ctx, `INSERT INTO baton_outbox (xid, id, lane, payload)
-SELECT (1 + (g - 1) * ($1::bigint - 2) / $2::bigint)::text::xid8, gen_random_uuid(), 'plan', jsonb_build_object('n', g)
-FROM generate_series(1, $2::bigint) AS g`, int64(horizon), int64(entries))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Pool.Exec(ctx, "ANALYZE baton_outbox"); err != nil {
-		t.Fatal(err)
-	}
+	loadOutbox(t, ctx, env.Pool, 1, horizonOf(t, ctx, env.Pool), entries)
 	// One connection: every scan runs on the one whose statements are read below.
 	pool := newPool(t, env, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	st := mustOutboxStore(t, pool, OutboxStoreOptions{})
@@ -1014,7 +993,7 @@ FROM generate_series(1, $2::bigint) AS g`, int64(horizon), int64(entries))
 		cursor = es[len(es)-1].Cursor()
 	}
 	var generic, custom int64
-	err = pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, st.Statements().Scan).Scan(&generic, &custom)
+	err := pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, st.Statements().Scan).Scan(&generic, &custom)
 	if err != nil {
 		t.Fatalf("reading the prepared scan's plan counts: %v", err)
 	}

@@ -429,8 +429,7 @@ func deliver(ctx context.Context, p Processor, run []Entry) (outcomes []Outcome,
 
 // splitRuns yields a batch's maximal runs of consecutive same-lane
 // entries, in order, as subslices of entries. It builds no list of them:
-// entries whose lanes interleave make a run of one or two entries each,
-// hundreds in a batch of 1 000.
+// where lanes interleave, a batch of 1 000 is hundreds of runs.
 func splitRuns(entries []Entry) iter.Seq[[]Entry] {
 	return func(yield func([]Entry) bool) {
 		for start := 0; start < len(entries); {
