@@ -239,3 +239,94 @@ func TestWorkRows_PreparedClaimSettlesOnAGenericPlan(t *testing.T) {
 		t.Errorf("%d claims over one connection ran on %d custom plans and %d generic; want at most 5 custom (PostgreSQL's trial plans) and the rest generic", claims, custom, generic)
 	}
 }
+
+// TestWorkRows_FinalizeFindsItsRowsThroughThePrimaryKeyOnceTheGrownTableIsAnalyzed:
+// a finalize matches its arrays to the table by id, a join whose strategy
+// follows the table's size. A connection that prepared it while the table
+// was small runs a plan made for that size (logged here before ANALYZE: a
+// hash of the whole table); the statistics of the grown table (ANALYZE,
+// or autovacuum's) invalidate it, and from then on a small finalize, and
+// the generic plan a batch of finalizes runs on, probe the primary key.
+func TestWorkRows_FinalizeFindsItsRowsThroughThePrimaryKeyOnceTheGrownTableIsAnalyzed(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	const table, first = "finals_growing", int64(1_000_000_000) // loadQueue's first live id
+	loadQueue(t, ctx, env.Pool, table, 0, 30)
+	// One connection: every finalize runs on the one whose statements are read below.
+	pool := newPool(t, env, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	st, err := NewWorkRows[int64](pool, WorkRowsOptions[conformance.WorkRow]{
+		Table: table, Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var lock workrow.LockID
+	finalizeEach := func(batch int) {
+		sp := suiteSpec(now, batch)
+		sp.Eligible = eligibleForPlan
+		claimed, err := st.Claim(ctx, sp)
+		if err != nil || len(claimed) != batch {
+			t.Fatalf("Claim = %d rows, %v; want %d", len(claimed), err, batch)
+		}
+		for i, c := range claimed {
+			owned, err := st.FinalizeMany(ctx, sp.LockID, []workrow.Final[int64]{{ID: c.ID, Set: []workrow.Set{workrow.Assign("completed_at", now)}}})
+			if err != nil || len(owned) != 1 || !owned[0] {
+				t.Fatalf("finalize %d = %v, %v; want the row owned", i+1, owned, err)
+			}
+		}
+		lock = sp.LockID
+	}
+	finalizeEach(12) // past PostgreSQL's five trial plans, on 30 rows
+	if _, err := env.Pool.Exec(ctx, `INSERT INTO `+table+` (id, seq) SELECT g, g FROM generate_series($1::bigint, $2::bigint) AS g`, first+30, first+20_029); err != nil {
+		t.Fatal(err)
+	}
+
+	var name, q string
+	err = pool.QueryRow(ctx, `SELECT name, statement FROM pg_prepared_statements
+WHERE statement LIKE 'UPDATE %' AND statement LIKE '%unnest(%'`).Scan(&name, &q)
+	if err != nil {
+		t.Fatalf("reading the prepared finalize: %v", err)
+	}
+	// The arrays go in as literals (EXPLAIN takes no bind parameters):
+	// ids, lock ids, visibilities, then completed_at's kinds and values.
+	literals := func(ids ...int64) []any {
+		var id, lk, vis, kind, val []string
+		for _, i := range ids {
+			id, lk, vis = append(id, strconv.FormatInt(i, 10)), append(lk, lock.String()), append(vis, "NULL")
+			kind, val = append(kind, "1"), append(val, `"`+now.UTC().Format(time.RFC3339Nano)+`"`)
+		}
+		arr := func(s []string) any { return "{" + strings.Join(s, ",") + "}" }
+		return []any{arr(id), arr(lk), arr(vis), arr(kind), arr(val)}
+	}
+	prepared := func(ids ...int64) []byte {
+		t.Helper()
+		var plan []byte
+		args := append([]any{pgx.QueryExecModeSimpleProtocol}, literals(ids...)...)
+		if err := pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+pgx.Identifier{name}.Sanitize()+"($1, $2, $3, $4, $5)", args...).Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+		return plan
+	}
+	check := func(what string, plan []byte) {
+		t.Helper()
+		nodes, indexes := planNodes(plan), planIndexes(plan)
+		t.Logf("%s: nodes %v, indexes %v", what, nodes, indexes)
+		if slices.Contains(nodes, "Seq Scan") || slices.Contains(nodes, "Sort") || !slices.Contains(indexes, table+"_pkey") {
+			t.Errorf("%s must find its rows through %s_pkey, with no Seq Scan or Sort: %s", what, table, plan)
+		}
+	}
+	before := prepared(first + 20_000)
+	t.Logf("a one-row finalize on the grown table before ANALYZE, on the connection that prepared it on 30 rows: nodes %v", planNodes(before))
+
+	if _, err := env.Pool.Exec(ctx, `ANALYZE `+table); err != nil {
+		t.Fatal(err)
+	}
+	finalizeEach(1)
+	check("a one-row finalize on the grown table after ANALYZE", prepared(first+20_000))
+	batch := make([]int64, 100)
+	for i := range batch {
+		batch[i] = first + 100 + int64(i)*150
+	}
+	check("the generic plan of a 100-row finalize", explainGeneric(t, ctx, pool, q, literals(batch...)))
+}
