@@ -159,13 +159,28 @@ func explainGeneric(t *testing.T, ctx context.Context, pool *pgxpool.Pool, q str
 	if _, err := tx.Prepare(ctx, "claim_plan", q); err != nil {
 		t.Fatal(err)
 	}
+	plan := explainExecute(t, ctx, tx, "claim_plan", args)
+	// A prepared statement outlives the transaction: the connection may
+	// explain another.
+	if _, err := tx.Exec(ctx, "DEALLOCATE claim_plan"); err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// explainExecute is the plan the prepared statement name runs for args,
+// which go in as literals (EXPLAIN takes no bind parameters).
+func explainExecute(t *testing.T, ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, name string, args []any) []byte {
+	t.Helper()
 	ps := make([]string, len(args))
 	for i := range args {
 		ps[i] = "$" + strconv.Itoa(i+1)
 	}
 	var plan []byte
 	simple := append([]any{pgx.QueryExecModeSimpleProtocol}, args...)
-	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE claim_plan("+strings.Join(ps, ", ")+")", simple...).Scan(&plan); err != nil {
+	if err := q.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+pgx.Identifier{name}.Sanitize()+"("+strings.Join(ps, ", ")+")", simple...).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	return plan
@@ -288,8 +303,8 @@ WHERE statement LIKE 'UPDATE %' AND statement LIKE '%unnest(%'`).Scan(&name, &q)
 	if err != nil {
 		t.Fatalf("reading the prepared finalize: %v", err)
 	}
-	// The arrays go in as literals (EXPLAIN takes no bind parameters):
-	// ids, lock ids, visibilities, then completed_at's kinds and values.
+	// The arrays, as literals: ids, lock ids, visibilities, then
+	// completed_at's kinds and values.
 	literals := func(ids ...int64) []any {
 		var id, lk, vis, kind, val []string
 		for _, i := range ids {
@@ -299,23 +314,7 @@ WHERE statement LIKE 'UPDATE %' AND statement LIKE '%unnest(%'`).Scan(&name, &q)
 		arr := func(s []string) any { return "{" + strings.Join(s, ",") + "}" }
 		return []any{arr(id), arr(lk), arr(vis), arr(kind), arr(val)}
 	}
-	prepared := func(ids ...int64) []byte {
-		t.Helper()
-		var plan []byte
-		args := append([]any{pgx.QueryExecModeSimpleProtocol}, literals(ids...)...)
-		if err := pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+pgx.Identifier{name}.Sanitize()+"($1, $2, $3, $4, $5)", args...).Scan(&plan); err != nil {
-			t.Fatal(err)
-		}
-		return plan
-	}
-	check := func(what string, plan []byte) {
-		t.Helper()
-		nodes, indexes := planNodes(plan), planIndexes(plan)
-		t.Logf("%s: nodes %v, indexes %v", what, nodes, indexes)
-		if slices.Contains(nodes, "Seq Scan") || slices.Contains(nodes, "Sort") || !slices.Contains(indexes, table+"_pkey") {
-			t.Errorf("%s must find its rows through %s_pkey, with no Seq Scan or Sort: %s", what, table, plan)
-		}
-	}
+	prepared := func(ids ...int64) []byte { return explainExecute(t, ctx, pool, name, literals(ids...)) }
 	before := prepared(first + 20_000)
 	t.Logf("a one-row finalize on the grown table before ANALYZE, on the connection that prepared it on 30 rows: nodes %v", planNodes(before))
 
@@ -323,10 +322,76 @@ WHERE statement LIKE 'UPDATE %' AND statement LIKE '%unnest(%'`).Scan(&name, &q)
 		t.Fatal(err)
 	}
 	finalizeEach(1)
-	check("a one-row finalize on the grown table after ANALYZE", prepared(first+20_000))
+	probesPrimaryKey(t, "a one-row finalize on the grown table after ANALYZE", table, prepared(first+20_000))
 	batch := make([]int64, 100)
 	for i := range batch {
 		batch[i] = first + 100 + int64(i)*150
 	}
-	check("the generic plan of a 100-row finalize", explainGeneric(t, ctx, pool, q, literals(batch...)))
+	probesPrimaryKey(t, "the generic plan of a 100-row finalize", table, explainGeneric(t, ctx, pool, q, literals(batch...)))
+}
+
+// TestWorkRows_RenewAndReleaseFindTheirRowsThroughThePrimaryKey: the
+// renewal of the rows in hand runs every few seconds for every worker, and
+// a release returns a batch at shutdown; both match their ids with
+// = ANY, which must probe the primary key rather than read the table, in
+// the plan a connection runs and in the generic one.
+func TestWorkRows_RenewAndReleaseFindTheirRowsThroughThePrimaryKey(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	const table = "renew_plan_queue"
+	loadQueue(t, ctx, env.Pool, table, 0, 20_000)
+	// One connection: the statements run on the one whose statements are read below.
+	pool := newPool(t, env, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	st, err := NewWorkRows[int64](pool, WorkRowsOptions[conformance.WorkRow]{
+		Table: table, Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	sp := suiteSpec(now, 100)
+	sp.Eligible = eligibleForPlan
+	claimed, err := st.Claim(ctx, sp)
+	if err != nil || len(claimed) != 100 {
+		t.Fatalf("Claim = %d rows, %v; want 100", len(claimed), err)
+	}
+	ids := make([]int64, len(claimed))
+	lits := make([]string, len(claimed))
+	for i, c := range claimed {
+		ids[i], lits[i] = c.ID, strconv.FormatInt(c.ID, 10)
+	}
+	if owned, err := st.RenewMany(ctx, sp.LockID, now.Add(time.Hour), ids); err != nil || slices.Contains(owned, false) {
+		t.Fatalf("RenewMany = %v, %v; want every row owned", owned, err)
+	}
+	if owned, err := st.ReleaseMany(ctx, sp.LockID, ids); err != nil || slices.Contains(owned, false) {
+		t.Fatalf("ReleaseMany = %v, %v; want every row owned", owned, err)
+	}
+	idArray := "{" + strings.Join(lits, ",") + "}"
+	for _, c := range []struct {
+		what, like string
+		args       []any // as literals
+	}{
+		{"the renewal", `% = ANY ($3)%`, []any{sp.LockID.String(), now.Add(time.Hour).UTC().Format(time.RFC3339Nano), idArray}},
+		{"the release", `% = ANY ($2)%`, []any{sp.LockID.String(), idArray}},
+	} {
+		var name, q string
+		err := pool.QueryRow(ctx, `SELECT name, statement FROM pg_prepared_statements WHERE statement LIKE 'UPDATE %' AND statement LIKE $1`, c.like).Scan(&name, &q)
+		if err != nil {
+			t.Fatalf("reading the prepared statement of %s: %v", c.what, err)
+		}
+		prepared := explainExecute(t, ctx, pool, name, c.args)
+		probesPrimaryKey(t, "the prepared plan of "+c.what, table, prepared)
+		probesPrimaryKey(t, "the generic plan of "+c.what, table, explainGeneric(t, ctx, pool, q, c.args))
+	}
+}
+
+// probesPrimaryKey fails the test unless plan finds its rows through
+// table's primary key, with no Seq Scan or Sort.
+func probesPrimaryKey(t *testing.T, what, table string, plan []byte) {
+	t.Helper()
+	nodes, indexes := planNodes(plan), planIndexes(plan)
+	t.Logf("%s: nodes %v, indexes %v", what, nodes, indexes)
+	if slices.Contains(nodes, "Seq Scan") || slices.Contains(nodes, "Sort") || !slices.Contains(indexes, table+"_pkey") {
+		t.Errorf("%s must find its rows through %s_pkey, with no Seq Scan or Sort: %s", what, table, plan)
+	}
 }
