@@ -69,6 +69,21 @@ func (s *outboxSuite) settleCAS(t *testing.T, x *outboxT) {
 			cursorText(got[1].Cursor()), cursorText(got[0].Cursor()), err)
 	}
 	x.sameState("after the settlement from the other entry of the transaction", x.state(), before)
+
+	// And the other way round: the stored entry's id under another xid, as
+	// a cursor read before a rebase moved the stored one has it.
+	// With and without parking: stores may settle the two another way.
+	from := outbox.Cursor{XID: got[0].XID - 1, ID: got[0].ID}
+	for _, park := range [][]outbox.Parked{nil, parkAll("same id, other xid", got[1])} {
+		err = h.Store.Settle(ctx, outbox.Settlement{From: from, To: got[1].Cursor(), Park: park,
+			State: map[string]*string{outbox.KeyLastError: stateValue("same id, other xid")}})
+		if !errors.Is(err, outbox.ErrCursorMoved) {
+			t.Fatalf("a settlement parking %d entries from %v while the cursor is at %v, the same id under another xid: err = %v, want one wrapping outbox.ErrCursorMoved",
+				len(park), cursorText(from), cursorText(got[0].Cursor()), err)
+		}
+		x.sameState("after the settlement from the stored id under another xid", x.state(), before)
+		x.notDead(got[1].ID)
+	}
 }
 
 // staleSettle: once the cursor has moved on, settlements from any cursor

@@ -714,3 +714,66 @@ func TestLeaseStore_ConcurrentInstancesNeverShareATerm(t *testing.T) {
 		t.Errorf("only %d terms over %d roles: the roles hardly changed hands", len(owners), len(roles))
 	}
 }
+
+// A renewal extends only the term it names, also when the row changes
+// under it: the heartbeat's snapshot shows its own live term, so it goes
+// on to the upsert, which waits for the row; meanwhile a new term of the
+// same holder (another token) commits. The upsert's condition is checked
+// again on that committed row, and the stale claim is refused rather than
+// extending a term whose token it does not know.
+func TestLeaseStore_ARenewalRacingANewTermOfItsHolderIsRefused(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx := testContext(t)
+	mustMigrate(t, ctx, env.Pool, MigrateOptions{})
+	st := mustLeaseStore(t, env.Pool, LeaseStoreOptions{})
+	req := func(token uint64) lease.HeartbeatRequest {
+		return lease.HeartbeatRequest{Holder: "a", LeaseDuration: time.Minute, Claims: []lease.Claim{{Role: "r", Token: token}}}
+	}
+	recs, err := st.Heartbeat(ctx, req(0))
+	if err != nil || len(recs) != 1 || !recs[0].Held {
+		t.Fatalf("Heartbeat = %+v, %v; want the role taken", recs, err)
+	}
+	term := recs[0].Token
+
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `UPDATE baton_role_leases SET token = token + 1, acquired_at = now() WHERE role = 'r'`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		recs []lease.Record
+		err  error
+	}
+	renewed := make(chan answer, 1)
+	go func() {
+		recs, err := st.Heartbeat(ctx, req(term))
+		renewed <- answer{recs, err}
+	}()
+	eventually(t, 30*time.Second, "the renewal never waited for the lease row", func() bool {
+		var waiting bool
+		err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH claim AS%')`).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-renewed
+	if got.err != nil || len(got.recs) != 1 {
+		t.Fatalf("the racing renewal = %+v, %v", got.recs, got.err)
+	}
+	// A refused claim reports the row as the statement's snapshot saw it.
+	if r := got.recs[0]; r.Held {
+		t.Fatalf("a renewal of term %d after term %d of the same holder committed: %+v; want it refused", term, term+1, r)
+	}
+	now, err := st.Read(ctx, []string{"r"})
+	if err != nil || len(now) != 1 || now[0].Holder != "a" || now[0].Token != term+1 {
+		t.Fatalf("Read after the refused renewal = %+v, %v; want holder a in term %d", now, err, term+1)
+	}
+}
