@@ -265,4 +265,16 @@ func (s *outboxSuite) parkingUnknown(t *testing.T, x *outboxT) {
 	x.sameState("after the refused settlement", x.state(), before)
 	x.notDead(es[1].ID)
 	x.checkDead(x.getDead(es[0].ID), es[0], "once "+es[0].ID.String(), true)
+
+	// Nor is one above the new cursor part of the pass: parked, it would
+	// be a dead letter and still walked.
+	err = h.Store.Settle(ctx, outbox.Settlement{
+		From: es[0].Cursor(), To: es[1].Cursor(), Park: parkAll("ahead", es[1], es[2]),
+	})
+	if err == nil || errors.Is(err, outbox.ErrCursorMoved) {
+		t.Fatalf("a settlement to %v parking an entry above it: err = %v, want an error other than ErrCursorMoved", cursorText(es[1].Cursor()), err)
+	}
+	x.sameState("after the refused settlement", x.state(), before)
+	x.notDead(es[1].ID)
+	x.notDead(es[2].ID)
 }
