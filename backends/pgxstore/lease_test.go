@@ -752,15 +752,7 @@ func TestLeaseStore_ARenewalRacingANewTermOfItsHolderIsRefused(t *testing.T) {
 		recs, err := st.Heartbeat(ctx, req(term))
 		renewed <- answer{recs, err}
 	}()
-	eventually(t, 30*time.Second, "the renewal never waited for the lease row", func() bool {
-		var waiting bool
-		err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH claim AS%')`).Scan(&waiting)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return waiting
-	})
+	waitForLockWait(t, ctx, env.Pool, "WITH claim AS", "the renewal")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

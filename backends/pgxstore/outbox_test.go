@@ -1122,15 +1122,7 @@ func TestOutboxStore_SettlementAtOnceLocksTheCursorRowsInTheFullOrder(t *testing
 	trips.n.Store(0)
 	settled := make(chan error, 1)
 	go func() { settled <- st.Settle(ctx, outbox.Settlement{From: from, To: to}) }()
-	eventually(t, 30*time.Second, "the settlement never waited for the xid row", func() bool {
-		var waiting bool
-		err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%xid_moved%')`).Scan(&waiting)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return waiting
-	})
+	waitForLockWait(t, ctx, env.Pool, "WITH xid_moved AS", "the settlement")
 	if _, err := tx.Exec(ctx, lockKey, outbox.KeyLastScannedID); err != nil {
 		t.Fatalf("taking the id row after the xid row, beside a settlement: %v", err)
 	}

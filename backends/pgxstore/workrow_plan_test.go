@@ -220,15 +220,7 @@ func median(d []time.Duration) time.Duration {
 func TestWorkRows_PreparedClaimSettlesOnAGenericPlan(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
-	loadQueue(t, ctx, env.Pool, "plan_cache_queue", 0, 10_000)
-	// One connection: every claim runs on the one whose statements are read below.
-	pool := newPool(t, env, func(c *pgxpool.Config) { c.MaxConns = 1 })
-	st, err := NewWorkRows[int64](pool, WorkRowsOptions[conformance.WorkRow]{
-		Table: "plan_cache_queue", Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, st := oneConnectionQueue(t, ctx, env, "plan_cache_queue", 10_000)
 	spec := func() workrow.ClaimSpec {
 		sp := suiteSpec(time.Now(), 20)
 		sp.Eligible = eligibleForPlan
@@ -266,15 +258,7 @@ func TestWorkRows_FinalizeFindsItsRowsThroughThePrimaryKeyOnceTheGrownTableIsAna
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
 	const table, first = "finals_growing", int64(1_000_000_000) // loadQueue's first live id
-	loadQueue(t, ctx, env.Pool, table, 0, 30)
-	// One connection: every finalize runs on the one whose statements are read below.
-	pool := newPool(t, env, func(c *pgxpool.Config) { c.MaxConns = 1 })
-	st, err := NewWorkRows[int64](pool, WorkRowsOptions[conformance.WorkRow]{
-		Table: table, Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, st := oneConnectionQueue(t, ctx, env, table, 30)
 	now := time.Now()
 	var lock workrow.LockID
 	finalizeEach := func(batch int) {
@@ -298,7 +282,7 @@ func TestWorkRows_FinalizeFindsItsRowsThroughThePrimaryKeyOnceTheGrownTableIsAna
 	}
 
 	var name, q string
-	err = pool.QueryRow(ctx, `SELECT name, statement FROM pg_prepared_statements
+	err := pool.QueryRow(ctx, `SELECT name, statement FROM pg_prepared_statements
 WHERE statement LIKE 'UPDATE %' AND statement LIKE '%unnest(%'`).Scan(&name, &q)
 	if err != nil {
 		t.Fatalf("reading the prepared finalize: %v", err)
@@ -339,15 +323,7 @@ func TestWorkRows_RenewAndReleaseFindTheirRowsThroughThePrimaryKey(t *testing.T)
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
 	const table = "renew_plan_queue"
-	loadQueue(t, ctx, env.Pool, table, 0, 20_000)
-	// One connection: the statements run on the one whose statements are read below.
-	pool := newPool(t, env, func(c *pgxpool.Config) { c.MaxConns = 1 })
-	st, err := NewWorkRows[int64](pool, WorkRowsOptions[conformance.WorkRow]{
-		Table: table, Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, st := oneConnectionQueue(t, ctx, env, table, 20_000)
 	now := time.Now()
 	sp := suiteSpec(now, 100)
 	sp.Eligible = eligibleForPlan
@@ -394,4 +370,20 @@ func probesPrimaryKey(t *testing.T, what, table string, plan []byte) {
 	if slices.Contains(nodes, "Seq Scan") || slices.Contains(nodes, "Sort") || !slices.Contains(indexes, table+"_pkey") {
 		t.Errorf("%s must find its rows through %s_pkey, with no Seq Scan or Sort: %s", what, table, plan)
 	}
+}
+
+// oneConnectionQueue loads table with live due rows (loadQueue) and opens
+// a store on a pool of one connection, so that every statement runs on the
+// connection whose prepared statements a test reads.
+func oneConnectionQueue(t *testing.T, ctx context.Context, env *testenv.PostgresEnv, table string, live int) (*pgxpool.Pool, *WorkRows[int64, conformance.WorkRow]) {
+	t.Helper()
+	loadQueue(t, ctx, env.Pool, table, 0, live)
+	pool := newPool(t, env, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	st, err := NewWorkRows[int64](pool, WorkRowsOptions[conformance.WorkRow]{
+		Table: table, Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, st
 }

@@ -252,7 +252,7 @@ func TestWorkRows_ClaimRechecksThePredicateOnARowChangedWhileItWaited(t *testing
 		got, err := st.Claim(ctx, suiteSpec(time.Now(), 10))
 		done <- result{claimedIDs(got), err}
 	}()
-	waitForLockWait(t, ctx, env.Pool)
+	waitForLockWait(t, ctx, env.Pool, "WITH baton_candidate", "the claim")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -268,24 +268,19 @@ func TestWorkRows_ClaimRechecksThePredicateOnARowChangedWhileItWaited(t *testing
 	}
 }
 
-// waitForLockWait waits until some session of this database waits for a
-// row lock.
-func waitForLockWait(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
+// waitForLockWait waits until a session of this database running a
+// statement that starts with prefix waits for a lock; what names it.
+func waitForLockWait(t *testing.T, ctx context.Context, pool *pgxpool.Pool, prefix, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH baton_candidate%'`).Scan(&n); err != nil {
+	eventually(t, 30*time.Second, what+" never waited for the locked row", func() bool {
+		var waiting bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND starts_with(query, $1))`, prefix).Scan(&waiting)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the claim never waited for the locked row")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return waiting
+	})
 }
 
 func TestWorkRows_FinalizeManyIsOneStatementForAMixedBatch(t *testing.T) {
