@@ -1,5 +1,7 @@
 package conformance
 
+import "testing"
+
 // Subtests returns each suite's subtest names, in the order the suite runs
 // them, for the tests that keep docs/adapters.md and the broken variants
 // in step with the suites.
@@ -12,4 +14,10 @@ func Subtests() map[string][]string {
 		"RunProjectionStore": names(newProjectionSuite(nil, ProjectionFeatures{}).checks()),
 		"RunWorkRows":        names(newWorkRowsSuite(nil, WorkRowsFeatures{}).checks()),
 	}
+}
+
+// SetUpLockSubtest is the lock suites' setup of one subtest: the harness
+// the factory returns, as the subtest gets it.
+func SetUpLockSubtest(t *testing.T, factory func(t *testing.T) LockHarness) LockHarness {
+	return newLockSuite(factory, LockFeatures{}).setup(t).h
 }

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,7 +96,56 @@ func (s *lockSuite) setup(t *testing.T) lockBundle {
 	if h.Second == nil {
 		h.Second = h.Provider
 	}
+	// Every lock a subtest is handed is released when the subtest ends,
+	// however it ends. A lock may hold a resource the harness's own
+	// cleanup waits for (a pool's Close waits for the session an advisory
+	// lock keeps), so a subtest failing before its Release would otherwise
+	// hang there instead of reporting. This cleanup runs before the
+	// factory's, which were registered first.
+	held := &heldLocks{}
+	t.Cleanup(held.releaseAll)
+	h.Provider = trackedProvider{h.Provider, held}
+	h.Second = trackedProvider{h.Second, held}
 	return lockBundle{h: h, ctx: testCtx(t)}
+}
+
+// heldLocks records every lock handed out in one subtest.
+type heldLocks struct {
+	mu    sync.Mutex
+	locks []lock.Lock
+}
+
+func (h *heldLocks) add(l lock.Lock) {
+	h.mu.Lock()
+	h.locks = append(h.locks, l)
+	h.mu.Unlock()
+}
+
+// releaseAll releases each recorded lock; one already released answers
+// ErrNotHeld, which is ignored like every other error here.
+func (h *heldLocks) releaseAll() {
+	h.mu.Lock()
+	locks := h.locks
+	h.locks = nil
+	h.mu.Unlock()
+	for _, l := range locks {
+		releaseQuietly(l)
+	}
+}
+
+// trackedProvider records the locks its provider hands out, and hands
+// them out unchanged.
+type trackedProvider struct {
+	lock.Provider
+	held *heldLocks
+}
+
+func (p trackedProvider) Acquire(ctx context.Context, name string, opts lock.AcquireOptions) (lock.Lock, error) {
+	l, err := p.Provider.Acquire(ctx, name, opts)
+	if l != nil {
+		p.held.add(l)
+	}
+	return l, err
 }
 
 func mustAcquire(t *testing.T, ctx context.Context, p lock.Provider, name string, wait time.Duration) lock.Lock {

@@ -120,7 +120,8 @@ func TestAcquire_WithoutFenceTableFailsAndLeavesNoLockBehind(t *testing.T) {
 	pool := newPool(t, env.URL)
 	p := newProvider(t, pool, pglock.Options{})
 	ctx := context.Background()
-	if _, err := p.Acquire(ctx, "nofence", lock.AcquireOptions{}); err == nil {
+	if l, err := p.Acquire(ctx, "nofence", lock.AcquireOptions{}); err == nil {
+		l.Release(ctx) // hands its connection back, or the pool's Close waits for it
 		t.Fatal("acquired without a fence table")
 	}
 	var free bool
@@ -190,7 +191,10 @@ func TestNamespace_KeepsDeploymentsInOneDatabaseApart(t *testing.T) {
 	}
 	defer lp.Release(ctx)
 	a2 := newProvider(t, newPool(t, env.URL), pglock.Options{Namespace: "tenant-a"})
-	if _, err := a2.Acquire(ctx, "baton-outbox-driver", lock.AcquireOptions{}); !errors.Is(err, lock.ErrNotAcquired) {
+	if l, err := a2.Acquire(ctx, "baton-outbox-driver", lock.AcquireOptions{}); err == nil {
+		l.Release(ctx) // hands its connection back, or the pool's Close waits for it
+		t.Fatal("a second node of the same namespace acquired a lock its first node holds")
+	} else if !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("a second node of the same namespace: %v, want ErrNotAcquired", err)
 	}
 	if pglock.KeyIn("tenant-a", "x") == pglock.Key("x") || pglock.KeyIn("a", "bx") == pglock.KeyIn("ab", "x") {
