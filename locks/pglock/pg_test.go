@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -49,7 +50,16 @@ func newProvider(t testing.TB, pool *pgxpool.Pool, opts pglock.Options) *pglock.
 
 // terminateHolder ends the server session holding name's advisory lock.
 func terminateHolder(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	return terminateHolderOf(ctx, pool, "", name)
+}
+
+// terminateHolderOf ends the server session holding the advisory lock of
+// name in namespace ("" for none).
+func terminateHolderOf(ctx context.Context, pool *pgxpool.Pool, namespace, name string) error {
 	key := uint64(pglock.Key(name))
+	if namespace != "" {
+		key = uint64(pglock.KeyIn(namespace, name))
+	}
 	var n int
 	err := pool.QueryRow(ctx, `
 SELECT count(pg_terminate_backend(pid)) FROM pg_locks
@@ -64,14 +74,23 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 1
 }
 
 func TestConformance(t *testing.T) {
+	runConformance(t, pglock.Options{PingInterval: 200 * time.Millisecond})
+}
+
+// With a namespace every statement must use the namespaced key: taking,
+// unlocking and the harness's TakeAway alike.
+func TestConformance_WithANamespace(t *testing.T) {
+	runConformance(t, pglock.Options{PingInterval: 200 * time.Millisecond, Namespace: "tenant-a"})
+}
+
+func runConformance(t *testing.T, opts pglock.Options) {
 	conformance.RunLockProvider(t, func(t *testing.T) conformance.LockHarness {
 		env := setup(t)
-		opts := pglock.Options{PingInterval: 200 * time.Millisecond}
 		return conformance.LockHarness{
 			Provider: newProvider(t, newPool(t, env.URL), opts),
 			Second:   newProvider(t, newPool(t, env.URL), opts),
 			TakeAway: func(ctx context.Context, name string) error {
-				return terminateHolder(ctx, env.Pool, name)
+				return terminateHolderOf(ctx, env.Pool, opts.Namespace, name)
 			},
 		}
 	}, conformance.LockFeatures{LossDetection: time.Second})
@@ -200,6 +219,104 @@ func TestNamespace_KeepsDeploymentsInOneDatabaseApart(t *testing.T) {
 	if pglock.KeyIn("tenant-a", "x") == pglock.Key("x") || pglock.KeyIn("a", "bx") == pglock.KeyIn("ab", "x") {
 		t.Fatal("namespaced keys collide with plain or shifted ones")
 	}
+	// Release unlocks the namespaced key: it succeeds, and the next node
+	// of the namespace takes the lock at once.
+	if err := la.Release(ctx); err != nil {
+		t.Fatalf("Release of a namespaced lock: %v", err)
+	}
+	l, err := a2.Acquire(ctx, "baton-outbox-driver", lock.AcquireOptions{})
+	if err != nil {
+		t.Fatalf("the namespace's next node after Release: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// A session advisory lock taken by a statement that then fails outlives
+// the statement's rollback. The acquiring statement takes the lock before
+// it writes the fence row, so a failed write (here a trigger refusing it;
+// a statement timeout or a full disk would do the same) must end the
+// session, or the lock stays held by a pooled connection nobody owns.
+func TestAcquire_AFailedFenceWriteLeavesNoLockBehind(t *testing.T) {
+	env := setup(t)
+	ctx := context.Background()
+	if _, err := env.Pool.Exec(ctx, `
+CREATE FUNCTION refuse_fences() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'fence writes refused'; END$$;
+CREATE TRIGGER refuse_fences BEFORE INSERT OR UPDATE ON baton_lock_fences
+FOR EACH ROW EXECUTE FUNCTION refuse_fences()`); err != nil {
+		t.Fatal(err)
+	}
+	p := newProvider(t, newPool(t, env.URL), pglock.Options{})
+	if l, err := p.Acquire(ctx, "refused", lock.AcquireOptions{}); err == nil {
+		l.Release(ctx)
+		t.Fatal("acquired although the fence row could not be written")
+	}
+	// The closed session's backend frees the lock as it exits, a moment
+	// later; a lock left on a pooled connection is never freed.
+	conn, err := env.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var free bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pglock.Key("refused")).Scan(&free); err != nil {
+			t.Fatal(err)
+		}
+		if free {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a failed acquisition left the advisory lock held")
+		}
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A cut network or a frozen server sends nothing: no FATAL, no close, so
+// only the watcher's ping can tell. Lost must close, and Trusted answer
+// false, although the socket stays open.
+func TestLost_ClosesWhenTheServerFallsSilent(t *testing.T) {
+	env := setup(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewFaultProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)))
+	host, port, err := net.SplitHostPort(proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Host = host
+	fmt.Sscan(port, &cfg.ConnConfig.Port)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	p := newProvider(t, pool, pglock.Options{PingInterval: 200 * time.Millisecond})
+	l, err := p.Acquire(ctx, "silent", lock.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Bounded: a release through the silent proxy gets no answer.
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l.Release(rctx)
+	})
+	proxy.SetMode(testenv.Blackhole)
+	// A liveness bound, not a speed check.
+	if !closedWithin(l.Lost(), 30*time.Second) {
+		t.Fatal("Lost still open 30s after the server fell silent; only a ping can notice, and none failed")
+	}
+	if l.Trusted() {
+		t.Fatal("Trusted after Lost closed")
+	}
 }
 
 // pg_terminate_backend frees the advisory lock at once, and another session
@@ -229,8 +346,10 @@ func TestLost_ClosesWhenTheBackendIsTerminatedWithoutWaitingForAPing(t *testing.
 	if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("Release after loss: %v, want ErrNotHeld", err)
 	}
-	// A release interrupts the wait for the server at once, too.
-	l, err = p.Acquire(ctx, "terminated", lock.AcquireOptions{})
+	// A release interrupts the wait for the server at once, too. Lost
+	// closed on the FATAL message, which comes before the exiting backend
+	// frees the lock, so the next Acquire may have to wait for it.
+	l, err = p.Acquire(ctx, "terminated", lock.AcquireOptions{Wait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
