@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -98,6 +99,34 @@ func TestKeepalive_IntervalCountsFromRequestStart(t *testing.T) {
 		want := []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second}
 		if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 			t.Fatalf("refreshes at %v, want %v: a slow refresh must not stretch the cadence", got, want)
+		}
+	})
+}
+
+// The server's TTL began no earlier than the refresh's request did, so a
+// slow answer extends trust from the request's start, not from the answer:
+// counting from the answer would trust the lock past the server's expiry by
+// up to the round trip.
+func TestKeepalive_TrustCountsFromTheStartOfTheSuccessfulRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var calls atomic.Int32
+		k := startKeepalive(t, lock.KeepaliveConfig{
+			TTL:          30 * time.Second,
+			SafetyMargin: time.Second,
+			Refresh: func(ctx context.Context) error {
+				if calls.Add(1) == 1 {
+					time.Sleep(4 * time.Second) // a slow server, which answers
+					return nil
+				}
+				<-ctx.Done() // then none that answers
+				return ctx.Err()
+			},
+		})
+		<-k.Lost()
+		// The one success started at 10s (TTL/3): trust ends at 10s + 29s.
+		if got, want := time.Since(start), 39*time.Second; got != want {
+			t.Fatalf("Lost closed after %v, want %v: the start of the refresh that succeeded + TTL - SafetyMargin", got, want)
 		}
 	})
 }
