@@ -74,6 +74,8 @@ var leaseVariants = []leaseVariant{
 		}},
 	{variant: variant{"list-shows-released-as-live", "L23", "ListsEveryRoleWithARow"},
 		store: func(st *memory.LeaseStore, _ *leaseClock) lease.Store { return listAllLive{st} }},
+	{variant: variant{"list-remaining-in-the-wrong-unit", "L23", "ListsEveryRoleWithARow"},
+		store: func(st *memory.LeaseStore, _ *leaseClock) lease.Store { return listWrongUnit{st} }},
 }
 
 func leaseBroken() brokenSuite {

@@ -424,3 +424,16 @@ func (b listAllLive) List(ctx context.Context) ([]lease.Listed, error) {
 	}
 	return list, err
 }
+
+// listWrongUnit lists a term's Remaining a thousand times too small, as a
+// store that reads seconds as milliseconds would: positive, within the
+// lease, and wrong.
+type listWrongUnit struct{ *memory.LeaseStore }
+
+func (b listWrongUnit) List(ctx context.Context) ([]lease.Listed, error) {
+	list, err := b.LeaseStore.List(ctx)
+	for i := range list {
+		list[i].Remaining /= 1000
+	}
+	return list, err
+}

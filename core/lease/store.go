@@ -180,8 +180,10 @@ type Lister interface {
 	//   - L23 list: every role with a row, and only those, is listed once,
 	//     whichever store over the same data wrote it, with the record Read
 	//     returns for it (Held false); a current term is Live with a
-	//     Remaining above 0 and at most its LeaseDuration, a released one
-	//     is not Live and has a Remaining of at most 0.
+	//     Remaining of what is left of it (above 0, at most its
+	//     LeaseDuration, and no less than LeaseDuration minus the time
+	//     since it was taken or renewed, less the store's grain), a
+	//     released one is not Live and has a Remaining of at most 0.
 	List(ctx context.Context) ([]Listed, error)
 }
 
