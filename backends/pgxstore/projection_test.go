@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/baton-go/baton/backends/internal/pgsql"
 	"github.com/baton-go/baton/conformance"
 	"github.com/baton-go/baton/core/projection"
 	"github.com/baton-go/baton/internal/testenv"
@@ -474,6 +476,53 @@ func TestProjectionStore_ConcurrentFlipsOfOneSubjectAcrossPoolsNeverFail(t *test
 	err := env.Pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE active), count(*), max(generation) FILTER (WHERE active) FROM "+ProjectionHeaderTable).Scan(&active, &all, &activeGen)
 	if err != nil || active != 1 || int64(all) != written.Load() || uint64(activeGen) != largest.Load() {
 		t.Errorf("%d active generations (%d) of %d, %v; want 1, the largest written (%d), of %d", active, activeGen, all, err, largest.Load(), written.Load())
+	}
+}
+
+// The flips of one subject take turns on the subject's advisory lock, so
+// each demote and promote sees what the flip before it committed. The
+// concurrency tests catch a missing lock only when flips happen to
+// collide; this one holds the lock and checks that Replace waits for it.
+func TestProjectionStore_ReplaceWaitsForTheSubjectsFlipLock(t *testing.T) {
+	env, st := migratedProjectionStore(t)
+	ctx := testContext(t)
+	subject := projection.Subject{Type: "user", ID: "flip-lock"}
+	gen, err := st.Reserve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.WithoutCancel(ctx))
+	key := pgsql.ProjectionLockKey(pgx.Identifier{ProjectionHeaderTable}.Sanitize(), subject.Type, subject.ID)
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	replaced := make(chan error, 1)
+	go func() { replaced <- st.Replace(ctx, subject, gen, manyGrants(3, 1)) }()
+	eventually(t, 30*time.Second, "the flip never waited for the subject's lock", func() bool {
+		select {
+		case err := <-replaced:
+			t.Fatalf("Replace returned (%v) while another transaction held the subject's flip lock", err)
+		default:
+		}
+		var waiting bool
+		if err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND classid::text::bigint = $1 AND objid::text::bigint = $2)`,
+			int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	})
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-replaced; err != nil {
+		t.Fatalf("Replace after the lock was freed: %v", err)
 	}
 }
 
