@@ -53,9 +53,17 @@ func createSuiteTable(t testing.TB, ctx context.Context, pool *pgxpool.Pool) {
 
 func suiteStore(t testing.TB, pool *pgxpool.Pool) *WorkRows[int64, conformance.WorkRow] {
 	t.Helper()
-	st, err := NewWorkRows[int64](pool, WorkRowsOptions[conformance.WorkRow]{
+	return suiteStoreWith(t, pool, func(*WorkRowsOptions[conformance.WorkRow]) {})
+}
+
+// suiteStoreWith is suiteStore with its options changed by change.
+func suiteStoreWith(t testing.TB, pool *pgxpool.Pool, change func(*WorkRowsOptions[conformance.WorkRow])) *WorkRows[int64, conformance.WorkRow] {
+	t.Helper()
+	opts := WorkRowsOptions[conformance.WorkRow]{
 		Table: "work_rows", Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder,
-	})
+	}
+	change(&opts)
+	st, err := NewWorkRows[int64](pool, opts)
 	if err != nil {
 		t.Fatalf("NewWorkRows: %v", err)
 	}
@@ -122,13 +130,24 @@ func claimIndexed(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
 }
 
 func TestWorkRows_Conformance(t *testing.T) {
+	runWorkRowsConformance(t, func(*WorkRowsOptions[conformance.WorkRow]) {})
+}
+
+// With LockFreeCandidates the candidate read locks nothing, so two claims
+// can pick the same row, and only the UPDATE's own re-check of the whole
+// predicate on the row as committed keeps a row to one claim.
+func TestWorkRows_ConformanceWithLockFreeCandidates(t *testing.T) {
+	runWorkRowsConformance(t, func(o *WorkRowsOptions[conformance.WorkRow]) { o.LockFreeCandidates = true })
+}
+
+func runWorkRowsConformance(t *testing.T, change func(*WorkRowsOptions[conformance.WorkRow])) {
 	conformance.RunWorkRows(t, func(t *testing.T) conformance.WorkRowsHarness {
 		env := testenv.Postgres(t)
 		createSuiteTable(t, testContext(t), env.Pool)
 		second := newPool(t, env, nil)
 		return conformance.WorkRowsHarness{
-			Store:  suiteStore(t, env.Pool),
-			Second: suiteStore(t, second),
+			Store:  suiteStoreWith(t, env.Pool, change),
+			Second: suiteStoreWith(t, second, change),
 			Insert: func(ctx context.Context, rows []conformance.WorkRow) error {
 				return insertSuiteRows(ctx, env.Pool, rows)
 			},
@@ -142,7 +161,7 @@ func TestWorkRows_Conformance(t *testing.T) {
 				return signalledInsert(ctx, env.Pool, rows)
 			},
 			Unmigrated: func(t *testing.T) conformance.WorkRowsHarness {
-				return conformance.WorkRowsHarness{Store: suiteStore(t, testenv.Postgres(t).Pool)}
+				return conformance.WorkRowsHarness{Store: suiteStoreWith(t, testenv.Postgres(t).Pool, change)}
 			},
 			SchemaMismatch: ErrSchemaMismatch,
 		}
@@ -397,7 +416,10 @@ func TestWorkRows_RefusesSetsOnTheIDAndLockColumns(t *testing.T) {
 func TestWorkRows_ATableOfTheWrongShapeWrapsErrSchemaMismatch(t *testing.T) {
 	env := testenv.Postgres(t)
 	ctx := testContext(t)
-	if _, err := env.Pool.Exec(ctx, `CREATE TABLE text_locks (id bigint PRIMARY KEY, done boolean, lock_id text, locked_until timestamptz)`); err != nil {
+	if _, err := env.Pool.Exec(ctx, `
+CREATE TABLE text_locks (id bigint PRIMARY KEY, done boolean, lock_id text, locked_until timestamptz);
+CREATE TABLE local_time_locks (id bigint PRIMARY KEY, done boolean, lock_id uuid, locked_until timestamp);
+CREATE TABLE no_lease_column (id bigint PRIMARY KEY, done boolean, lock_id uuid)`); err != nil {
 		t.Fatal(err)
 	}
 	type row struct {
@@ -408,6 +430,10 @@ func TestWorkRows_ATableOfTheWrongShapeWrapsErrSchemaMismatch(t *testing.T) {
 	// table of the wrong shape is this adapter's to detect.
 	for table, want := range map[string]string{
 		"text_locks": `column "lock_id" is text; it must be a nullable uuid`,
+		// Compared with now() through the session's TimeZone, a lease in
+		// local time would end early or late by the zone's offset.
+		"local_time_locks": `column "locked_until" is timestamp without time zone; it must be a nullable timestamp with time zone`,
+		"no_lease_column":  `no column "locked_until" (WorkRowsOptions.LockedUntilColumn)`,
 	} {
 		st, err := NewWorkRows[int64](env.Pool, WorkRowsOptions[row]{Table: table, Live: workrow.IsNull("done")})
 		if err != nil {
