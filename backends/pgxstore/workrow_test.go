@@ -133,13 +133,6 @@ func TestWorkRows_Conformance(t *testing.T) {
 	runWorkRowsConformance(t, func(*WorkRowsOptions[conformance.WorkRow]) {})
 }
 
-// With LockFreeCandidates the candidate read locks nothing, so two claims
-// can pick the same row, and only the UPDATE's own re-check of the whole
-// predicate on the row as committed keeps a row to one claim.
-func TestWorkRows_ConformanceWithLockFreeCandidates(t *testing.T) {
-	runWorkRowsConformance(t, func(o *WorkRowsOptions[conformance.WorkRow]) { o.LockFreeCandidates = true })
-}
-
 func runWorkRowsConformance(t *testing.T, change func(*WorkRowsOptions[conformance.WorkRow])) {
 	conformance.RunWorkRows(t, func(t *testing.T) conformance.WorkRowsHarness {
 		env := testenv.Postgres(t)
@@ -240,50 +233,59 @@ func claimedIDs[R any](got []workrow.Claimed[int64, R]) []int64 {
 
 // TestWorkRows_ClaimRechecksThePredicateOnARowChangedWhileItWaited uses
 // LockFreeCandidates, where the candidate read does not skip the row: the
-// UPDATE waits for the writer, then re-checks the predicate on the row as
-// committed and leaves it.
+// UPDATE waits for the writer, then re-checks the whole predicate on the
+// row as committed (live, eligible, and its lock free or expired) and
+// leaves it.
 func TestWorkRows_ClaimRechecksThePredicateOnARowChangedWhileItWaited(t *testing.T) {
-	env, _ := suiteEnv(t, 3)
-	ctx := testContext(t)
-	st, err := NewWorkRows[int64](env.Pool, WorkRowsOptions[conformance.WorkRow]{
-		Table: "work_rows", Live: conformance.WorkRowsLive, Order: conformance.WorkRowsOrder, LockFreeCandidates: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	for _, c := range []struct {
+		name, change string
+	}{
+		{"completed", `UPDATE work_rows SET completed_at = now() WHERE id = 1`},
+		{"out of attempts", `UPDATE work_rows SET attempts = 5 WHERE id = 1`},
+		{"claimed by another", `UPDATE work_rows SET lock_id = gen_random_uuid(), locked_until = now() + interval '1 hour' WHERE id = 1`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env, _ := suiteEnv(t, 3)
+			ctx := testContext(t)
+			st := suiteStoreWith(t, env.Pool, func(o *WorkRowsOptions[conformance.WorkRow]) { o.LockFreeCandidates = true })
 
-	// Another session completes row 1 and keeps its transaction open: the
-	// claim's candidate read (its snapshot) still sees row 1 as due.
-	tx, err := env.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `UPDATE work_rows SET completed_at = now() WHERE id = 1`); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		ids []int64
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		got, err := st.Claim(ctx, suiteSpec(time.Now(), 10))
-		done <- result{claimedIDs(got), err}
-	}()
-	waitForLockWait(t, ctx, env.Pool, "WITH baton_candidate", "the claim")
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if !slices.Equal(r.ids, []int64{2, 3}) {
-		t.Fatalf("claimed %v; want [2 3]: the update must re-check the predicate on the committed row", r.ids)
-	}
-	if s := st.Stats(); s.Claims != 1 || s.Selected != 3 || s.Stamped != 2 || s.ShortClaims != 1 {
-		t.Fatalf("stats %+v; want one claim that selected 3 and stamped 2", s)
+			// Another session changes row 1 and keeps its transaction open:
+			// the claim's candidate read (its snapshot) still sees row 1 as
+			// due.
+			tx, err := env.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, c.change); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				ids []int64
+				err error
+			}
+			done := make(chan result, 1)
+			spec := suiteSpec(time.Now(), 10)
+			spec.Eligible = workrow.And(workrow.IsNull("completed_at"), workrow.Lt("attempts", 5))
+			go func() {
+				got, err := st.Claim(ctx, spec)
+				done <- result{claimedIDs(got), err}
+			}()
+			waitForLockWait(t, ctx, env.Pool, "WITH baton_candidate", "the claim")
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if !slices.Equal(r.ids, []int64{2, 3}) {
+				t.Fatalf("claimed %v; want [2 3]: the update must re-check the predicate on the committed row", r.ids)
+			}
+			if s := st.Stats(); s.Claims != 1 || s.Selected != 3 || s.Stamped != 2 || s.ShortClaims != 1 {
+				t.Fatalf("stats %+v; want one claim that selected 3 and stamped 2", s)
+			}
+		})
 	}
 }
 
