@@ -294,6 +294,48 @@ func TestWorker_LeaseRunningOutUnrenewedCancelsTheHandlerAndReleasesTheRest(t *t
 	})
 }
 
+// slowFirstRenewal answers its first RenewMany after a delay, and refuses
+// every later one.
+type slowFirstRenewal struct {
+	*memStore[job]
+	delay time.Duration
+	calls atomic.Int32
+}
+
+func (s *slowFirstRenewal) RenewMany(ctx context.Context, lock workrow.LockID, until time.Time, ids []int64) ([]bool, error) {
+	if s.calls.Add(1) > 1 {
+		return nil, errors.New("connection refused")
+	}
+	time.Sleep(s.delay)
+	return s.memStore.RenewMany(ctx, lock, until, ids)
+}
+
+// The store extends a lease from the renewal's request, so the worker
+// trusts it from the request's start too, not from the slow answer: the
+// handler's context ends at the renewal's start + Lease.
+func TestWorker_ARenewalExtendsTheLeaseFromItsStartNotItsAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &slowFirstRenewal{memStore: newJobs(1), delay: 5 * time.Second}
+		start := time.Now()
+		var cause error
+		var at time.Duration
+		cfg := jobConfig(store, func(ctx context.Context, _ workrow.Claimed[int64, job]) workrow.Outcome {
+			<-ctx.Done()
+			cause, at = context.Cause(ctx), time.Since(start)
+			return workrow.Fail(ctx.Err())
+		})
+		cfg.Lease = 30 * time.Second
+		cfg.RenewEvery = 10 * time.Second
+		if _, err := newWorker(t, cfg).RunBatch(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// The one renewal that succeeded started at 10s.
+		if !errors.Is(cause, workrow.ErrLeaseExpired) || at != 40*time.Second {
+			t.Fatalf("handler ctx ended at %v with %v; want at 40s (the renewal's start + Lease) with ErrLeaseExpired", at, cause)
+		}
+	})
+}
+
 func TestWorker_PanicIsAFailureAndTheBatchGoesOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newJobs(2)
@@ -331,11 +373,23 @@ func TestWorker_ZeroOutcomeIsAFailure(t *testing.T) {
 	})
 }
 
+// The shutdown's finalize runs on a context of its own: the Run's has
+// ended by then. Over a store that finalizes claim by claim (no
+// ClaimsFinalizer) the batch's own flush makes that call.
 func TestWorker_CancelledMidBatchFinalizesFinishedRowsAndReleasesTheRest(t *testing.T) {
+	for name, wrap := range map[string]func(*memStore[job]) workrow.Store[int64, job]{
+		"claims finalized together": func(s *memStore[job]) workrow.Store[int64, job] { return s },
+		"claim by claim":            func(s *memStore[job]) workrow.Store[int64, job] { return perClaim[job]{s} },
+	} {
+		t.Run(name, func(t *testing.T) { cancelledMidBatch(t, wrap) })
+	}
+}
+
+func cancelledMidBatch(t *testing.T, wrap func(*memStore[job]) workrow.Store[int64, job]) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newJobs(5)
 		ctx, cancel := context.WithCancel(context.Background())
-		w := newWorker(t, jobConfig(store, func(hctx context.Context, c workrow.Claimed[int64, job]) workrow.Outcome {
+		w := newWorker(t, jobConfig(wrap(store), func(hctx context.Context, c workrow.Claimed[int64, job]) workrow.Outcome {
 			if c.ID == 3 {
 				cancel() // shutdown arrives while row 3 is at work
 				<-hctx.Done()
@@ -355,6 +409,76 @@ func TestWorker_CancelledMidBatchFinalizesFinishedRowsAndReleasesTheRest(t *test
 				t.Fatalf("row %d: completed=%v lock=%v until=%v error=%v; want completed=%v, unlocked, no failure",
 					id, j.CompletedAt != nil, lock, until, j.LastError, wantDone)
 			}
+		}
+	})
+}
+
+// A row that is decided but waits for its finalize (FlushInterval longer
+// than the lease) is renewed with the rows still at work: its outcome is
+// recorded, not lost to a lapsed lease and done again elsewhere.
+func TestWorker_RenewsDecidedRowsThatWaitForTheirFinalize(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newJobs(2)
+		start := time.Now()
+		rec := &logRecorder{}
+		cfg := jobConfig(store, func(_ context.Context, c workrow.Claimed[int64, job]) workrow.Outcome {
+			if c.ID == 2 {
+				time.Sleep(3 * time.Minute) // three leases
+			}
+			return workrow.Complete()
+		})
+		cfg.BatchSize = 2
+		cfg.Lease = time.Minute
+		cfg.FlushInterval = 10 * time.Minute
+		cfg.Logger = slog.New(rec)
+		done := make(chan error)
+		go func() {
+			_, err := newWorker(t, cfg).RunBatch(context.Background())
+			done <- err
+		}()
+		time.Sleep(2*time.Minute + 50*time.Second)
+		if j, lock, until := store.get(1); j.CompletedAt != nil || lock.IsZero() || !until.After(time.Now()) {
+			t.Fatalf("row 1, decided and waiting for its finalize at %v: completed=%v lock=%v until %v; want still leased",
+				time.Since(start), j.CompletedAt != nil, lock, until.Sub(start))
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		for id := int64(1); id <= 2; id++ {
+			if j, _, _ := store.get(id); j.CompletedAt == nil {
+				t.Fatalf("row %d was not completed", id)
+			}
+		}
+		if rec.has("taken by another worker") || rec.has("lease ran out") {
+			t.Fatalf("a decided row was lost: %v", rec.messages())
+		}
+	})
+}
+
+// An Outcome's sets win over the Config's for a column both set, and the
+// Config's other sets stay: the row is finalized once, with the handler's
+// value, not refused for a column set twice.
+func TestWorker_AnOutcomesSetsOverrideTheConfigsForTheSameColumn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newJobs(2)
+		done := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+		cfg := jobConfig(store, func(_ context.Context, c workrow.Claimed[int64, job]) workrow.Outcome {
+			if c.ID == 1 {
+				return workrow.Complete(workrow.Assign("completed_at", done))
+			}
+			return workrow.Fail(errors.New("from the config"), workrow.Assign("last_error", "from the handler"))
+		})
+		cfg.OnComplete = func(now time.Time) []workrow.Set {
+			return []workrow.Set{workrow.Assign("completed_at", now), workrow.Assign("last_error", nil)}
+		}
+		if _, err := newWorker(t, cfg).RunBatch(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if j, lock, _ := store.get(1); j.CompletedAt == nil || !j.CompletedAt.Equal(done) || !lock.IsZero() {
+			t.Fatalf("row 1: completed_at %v, lock %v; want the handler's %v, unlocked", j.CompletedAt, lock, done)
+		}
+		if j, lock, _ := store.get(2); j.LastError == nil || *j.LastError != "from the handler" || !lock.IsZero() {
+			t.Fatalf("row 2: last_error %v, lock %v; want the handler's, unlocked", j.LastError, lock)
 		}
 	})
 }
