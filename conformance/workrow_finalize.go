@@ -211,4 +211,21 @@ func (s *workRowsSuite) finalizeClaims(t *testing.T, env workRowsBundle) {
 			t.Fatalf("row %d, named under the other claim's lock, changed:\nbefore %s\nafter  %s", id, wrDescribe(before[id]), wrDescribe(after[id]))
 		}
 	}
+
+	// One row named by two claims of one call, as a batch whose lease ran
+	// out and the batch that claimed the row again would name it: only the
+	// claim whose lock the row carries owns it.
+	owned, err = fc.FinalizeClaims(ctx, []workrow.ClaimFinals[int64]{
+		{Lock: b.LockID, Finals: []workrow.Final[int64]{{ID: 2, Set: []workrow.Set{workrow.Assign("last_error", "stale")}}}},
+		{Lock: a.LockID, Finals: []workrow.Final[int64]{{ID: 2, Set: wrComplete(done)}}},
+	})
+	if err != nil {
+		t.Fatalf("FinalizeClaims naming row 2 in both claims: %v", err)
+	}
+	if len(owned) != 2 || !slices.Equal(owned[0], []bool{false}) || !slices.Equal(owned[1], []bool{true}) {
+		t.Fatalf("FinalizeClaims naming row 2 in both claims = %v; want [[false] [true]]: row 2 carries the second claim's lock", owned)
+	}
+	if r := wrRead(t, ctx, h)[2]; r.CompletedAt == nil || r.LastError != nil || !r.LockID.IsZero() {
+		t.Fatalf("row 2 is %s; want completed by its own claim's Final only, unlocked", wrDescribe(r))
+	}
 }
