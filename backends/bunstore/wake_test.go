@@ -190,3 +190,9 @@ func TestWake_SignalWorkRowsRefusesAnEmptyTableName(t *testing.T) {
 		t.Fatalf("SignalWorkRows with no table: %v, want an error starting with baton/bunstore: SignalWorkRows: table", err)
 	}
 }
+
+func TestWake_TwoIdleWorkersOfOneTableShareTheGateAndAreBothWoken(t *testing.T) {
+	env := testenv.Postgres(t)
+	ctx, db := testContext(t), openBun(t, env)
+	waketest.WorkersShareTheGate(t, wakeWork(t, ctx, db, env.Pool, "work_rows"))
+}

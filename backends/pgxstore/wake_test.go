@@ -186,3 +186,8 @@ func TestWake_ErrorsStartWithThePackagesName(t *testing.T) {
 		}
 	}
 }
+
+func TestWake_TwoIdleWorkersOfOneTableShareTheGateAndAreBothWoken(t *testing.T) {
+	env := testenv.Postgres(t)
+	waketest.WorkersShareTheGate(t, wakeWork(t, testContext(t), env.Pool, "work_rows"))
+}

@@ -317,3 +317,42 @@ func WorkerOwnTable[R any](t *testing.T, w, other Work[R]) {
 	s.await(t, 1, "woken by its own table's signal")
 	s.await(t, 2, "woken by its own table's signal")
 }
+
+// WorkersShareTheGate: a second listener of a table, finding the idle gate
+// held by the first, is idle as well, since producers notify while any
+// listener holds it; and one signalled commit wakes both. A second listener
+// that answered busy would claim again every few milliseconds on an empty
+// queue instead of waiting.
+func WorkersShareTheGate[R any](t *testing.T, w Work[R]) {
+	ctx := ctxFor(t)
+	waker, ok := w.Store.(workrow.Waker)
+	if !ok {
+		t.Fatalf("the store %T is no workrow.Waker", w.Store)
+	}
+	listeners := make([]workrow.Listener, 2)
+	for i := range listeners {
+		l, err := waker.Listen(ctx)
+		if err != nil {
+			t.Fatalf("Listen: %v", err)
+		}
+		defer l.Close()
+		listeners[i] = l
+	}
+	for i, l := range listeners {
+		idle, err := l.Idle(ctx)
+		if err != nil || !idle {
+			t.Fatalf("listener %d of %s: Idle = %v, %v; want idle, with no producer in flight", i+1, w.Table, idle, err)
+		}
+	}
+	if err := w.Insert(ctx, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range listeners {
+		wctx, cancel := context.WithTimeout(ctx, Bound)
+		err := l.Wait(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("listener %d of %s, idle, was not woken by a signalled commit: %v", i+1, w.Table, err)
+		}
+	}
+}

@@ -4,8 +4,9 @@
 // fallback to polling when the listening connection is killed and the
 // return of wake-ups once it listens again, delivery after a pinned
 // horizon, poll-only mode, producers that must not signal, the folding of
-// one transaction's signals, one further pass for a burst of commits, and
-// the work-row channel of each table. The adapters' tests give the
+// one transaction's signals, one further pass for a burst of commits, the
+// work-row channel of each table, and two idle listeners of one table
+// sharing its gate. The adapters' tests give the
 // scenarios their stores.
 package waketest
 
