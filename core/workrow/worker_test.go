@@ -556,6 +556,39 @@ func TestWorker_SlowRowsAreFinalizedAsTheyFinish(t *testing.T) {
 	})
 }
 
+// FlushInterval counts from the oldest finished row: rows finishing one
+// after another, each sooner than the interval, do not put the finalize
+// off, or a steady stream of short rows would wait for the batch's end.
+func TestWorker_FinishedRowsWaitNoLongerThanFlushIntervalFromTheOldest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newJobs(6)
+		start := time.Now()
+		cfg := jobConfig(store, func(_ context.Context, c workrow.Claimed[int64, job]) workrow.Outcome {
+			if c.ID == 6 {
+				time.Sleep(10 * time.Second) // the straggler
+			} else {
+				time.Sleep(300 * time.Millisecond)
+			}
+			return workrow.Complete()
+		})
+		cfg.FlushInterval = 500 * time.Millisecond
+		done := make(chan error)
+		go func() {
+			_, err := newWorker(t, cfg).RunBatch(context.Background())
+			done <- err
+		}()
+		// Row 1 finished at 300ms, rows 2 and 3 at 600ms and 900ms; the
+		// finalize of row 1 is due at 800ms.
+		time.Sleep(850 * time.Millisecond)
+		if j, _, _ := store.get(1); j.CompletedAt == nil {
+			t.Errorf("row 1, finished at 300ms, is not finalized at %v; FlushInterval is %v", time.Since(start), cfg.FlushInterval)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 func TestWorker_ReleaseHandsTheRowBackAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newJobs(1)
