@@ -289,6 +289,46 @@ func TestWorkRows_ClaimRechecksThePredicateOnARowChangedWhileItWaited(t *testing
 	}
 }
 
+// A claim whose every candidate was taken while it waited tries again
+// rather than report an empty queue while due rows remain: one more
+// statement, which finds row 2.
+func TestWorkRows_AClaimThatLostEveryCandidateTriesAgain(t *testing.T) {
+	env, _ := suiteEnv(t, 2)
+	ctx := testContext(t)
+	st := suiteStoreWith(t, env.Pool, func(o *WorkRowsOptions[conformance.WorkRow]) { o.LockFreeCandidates = true })
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `UPDATE work_rows SET completed_at = now() WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ids []int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := st.Claim(ctx, suiteSpec(time.Now(), 1))
+		done <- result{claimedIDs(got), err}
+	}()
+	waitForLockWait(t, ctx, env.Pool, "WITH baton_candidate", "the claim")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !slices.Equal(r.ids, []int64{2}) {
+		t.Fatalf("claimed %v; want [2]: a claim that stamped none of the rows it selected must try again", r.ids)
+	}
+	if s := st.Stats(); s.Claims != 2 || s.Stamped != 1 {
+		t.Fatalf("stats %+v; want two statements, one row stamped", s)
+	}
+}
+
 // waitForLockWait waits until a session of this database running a
 // statement that starts with prefix waits for a lock; what names it.
 func waitForLockWait(t *testing.T, ctx context.Context, pool *pgxpool.Pool, prefix, what string) {
