@@ -62,7 +62,9 @@ type WorkRowsOptions[R any] struct {
 	// that row while re-checking it (and keeps the lock until the
 	// statement ends), which with large batches deadlocks against the
 	// competitor's finalize (measured: 40P01 within seconds at 4 workers
-	// and batches of 100), and most claims stamp fewer rows than they read.
+	// and batches of 100; the statement PostgreSQL rolls back is sent
+	// again, counted in WorkRowsStats.Conflicts), and most claims stamp
+	// fewer rows than they read.
 	// The default skips rows being written at that moment (FOR NO KEY
 	// UPDATE SKIP LOCKED, held only while the claim statement runs).
 	LockFreeCandidates bool
@@ -82,8 +84,10 @@ type WorkRowsOptions[R any] struct {
 
 // WorkRowsStats count what claims met. Short claims, statements that
 // stamped fewer rows than they selected, measure contention: concurrent
-// claimers that picked the same candidates. Conflicts happen only above
-// READ COMMITTED.
+// claimers that picked the same candidates. Conflicts count statements
+// PostgreSQL rolled back whole and that were sent again: serialization
+// failures above READ COMMITTED, and deadlocks between lock-free claims
+// and finalizes.
 type WorkRowsStats = pgsql.WorkRowsStats
 
 // WorkRows is the workrow.Store of one application table, over pgx. Create

@@ -133,6 +133,14 @@ func TestWorkRows_Conformance(t *testing.T) {
 	runWorkRowsConformance(t, func(*WorkRowsOptions[conformance.WorkRow]) {})
 }
 
+// With LockFreeCandidates the candidate read locks nothing, so two claims
+// can pick the same row and only the UPDATE's re-check of the whole
+// predicate keeps a row to one claim; the deadlocks such claims meet
+// against finalizes are sent again.
+func TestWorkRows_ConformanceWithLockFreeCandidates(t *testing.T) {
+	runWorkRowsConformance(t, func(o *WorkRowsOptions[conformance.WorkRow]) { o.LockFreeCandidates = true })
+}
+
 func runWorkRowsConformance(t *testing.T, change func(*WorkRowsOptions[conformance.WorkRow])) {
 	conformance.RunWorkRows(t, func(t *testing.T) conformance.WorkRowsHarness {
 		env := testenv.Postgres(t)
@@ -326,6 +334,65 @@ func TestWorkRows_AClaimThatLostEveryCandidateTriesAgain(t *testing.T) {
 	}
 	if s := st.Stats(); s.Claims != 2 || s.Stamped != 1 {
 		t.Fatalf("stats %+v; want two statements, one row stamped", s)
+	}
+}
+
+// A finalize PostgreSQL picks as a deadlock's victim was rolled back whole,
+// so the store sends it again; giving up would leave the rows to their
+// lease's end and their work to be done again. Here another transaction
+// holds row 2 while the finalize holds row 1 and waits for it, then asks
+// for row 1: the finalize, which waited first, is the one the deadlock
+// check ends.
+func TestWorkRows_AFinalizeRolledBackByADeadlockIsSentAgain(t *testing.T) {
+	env, st := suiteEnv(t, 2)
+	ctx := testContext(t)
+	spec := suiteSpec(time.Now(), 2)
+	if got, err := st.Claim(ctx, spec); err != nil || len(got) != 2 {
+		t.Fatalf("Claim = %d rows, %v", len(got), err)
+	}
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `UPDATE work_rows SET last_error = 'held' WHERE id = 2`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		owned []bool
+		err   error
+	}
+	finalized := make(chan result, 1)
+	now := time.Now()
+	go func() {
+		owned, err := st.FinalizeMany(ctx, spec.LockID, []workrow.Final[int64]{
+			{ID: 1, Set: []workrow.Set{workrow.Assign("completed_at", now)}},
+			{ID: 2, Set: []workrow.Set{workrow.Assign("completed_at", now)}},
+		})
+		finalized <- result{owned, err}
+	}()
+	waitForLockWait(t, ctx, env.Pool, `UPDATE "work_rows"`, "the finalize")
+	// Blocks on row 1 until the deadlock check rolls the finalize back.
+	if _, err := tx.Exec(ctx, `UPDATE work_rows SET last_error = 'held' WHERE id = 1`); err != nil {
+		t.Fatalf("the other transaction was the deadlock's victim, not the finalize: %v", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-finalized
+	if r.err != nil {
+		t.Fatalf("FinalizeMany = %v; a statement rolled back by a deadlock must be sent again", r.err)
+	}
+	if !slices.Equal(r.owned, []bool{true, true}) {
+		t.Fatalf("FinalizeMany owned %v; want both rows", r.owned)
+	}
+	if s := st.Stats(); s.Conflicts != 1 {
+		t.Fatalf("stats %+v; want the one deadlock counted as a conflict", s)
+	}
+	for _, row := range mustReadRows(t, ctx, env.Pool) {
+		if row.CompletedAt == nil || row.LastError != nil || !row.LockID.IsZero() {
+			t.Fatalf("row %d: %+v; want completed, unlocked, without the rolled-back write", row.ID, row)
+		}
 	}
 }
 
@@ -645,4 +712,13 @@ func TestWorkRows_ConcurrentClaimsRetryRatherThanReportAnEmptyQueue(t *testing.T
 	if s.Stamped != 2000 {
 		t.Fatalf("stamped %d rows in all; want 2000", s.Stamped)
 	}
+}
+
+func mustReadRows(t *testing.T, ctx context.Context, pool *pgxpool.Pool) []conformance.WorkRowState {
+	t.Helper()
+	rows, err := readSuiteRows(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }

@@ -26,7 +26,8 @@ const (
 // claimAttempts bounds how often one Claim sends its statement: again when
 // it selected candidates but stamped none because concurrent claimers took
 // them all first, or when it was rolled back by a serialization failure or
-// a deadlock.
+// a deadlock. A finalize, renewal or release is sent again as often after
+// such a rollback (resend).
 const claimAttempts = 4
 
 // WorkRowsOptions configure WorkRows: an adapter's WorkRowsOptions, and how
@@ -54,14 +55,16 @@ type WorkRowsOptions[K comparable, R any] struct {
 
 // WorkRowsStats count what claims met. Short claims, statements that
 // stamped fewer rows than they selected, measure contention: concurrent
-// claimers that picked the same candidates. Conflicts happen only above
-// READ COMMITTED.
+// claimers that picked the same candidates. Conflicts are statements
+// PostgreSQL rolled back whole, and which were sent again: serialization
+// failures above READ COMMITTED, and deadlocks between lock-free claims
+// and finalizes.
 type WorkRowsStats struct {
 	Claims      uint64 // claim statements sent
 	Selected    uint64 // candidate rows those statements selected
 	Stamped     uint64 // rows they stamped
 	ShortClaims uint64 // statements that stamped fewer rows than they selected
-	Conflicts   uint64 // statements rolled back by a serialization failure or deadlock
+	Conflicts   uint64 // statements rolled back by a serialization failure or deadlock, of every kind
 }
 
 // WorkRows is the workrow.Store of one application table. K is the id's
@@ -649,10 +652,12 @@ RETURNING ` + a + `.` + s.id + `, f.lock`
 		id   K
 		lock pgtype.UUID
 	}
-	rows, err := s.db.Query(ctx, q, b.args...)
-	applied, err := collect(rows, err, func(r Rows) (done, error) {
-		var d done
-		return d, r.Scan(&d.id, &d.lock)
+	applied, err := resend(ctx, &s.conflicts, func() ([]done, error) {
+		rows, err := s.db.Query(ctx, q, b.args...)
+		return collect(rows, err, func(r Rows) (done, error) {
+			var d done
+			return d, r.Scan(&d.id, &d.lock)
+		})
 	})
 	if err != nil {
 		return nil, s.mapErr("finalize", err)
@@ -727,15 +732,35 @@ WHERE ` + a + `.` + s.lockID + ` = $1 AND ` + a + `.` + s.id + ` = ANY ($2) RETU
 }
 
 func (s *WorkRows[K, R]) returnedIDs(ctx context.Context, op, q string, args ...any) ([]K, error) {
-	rows, err := s.db.Query(ctx, q, args...)
-	ids, err := collect(rows, err, func(r Rows) (K, error) {
-		var id K
-		return id, r.Scan(&id)
+	ids, err := resend(ctx, &s.conflicts, func() ([]K, error) {
+		rows, err := s.db.Query(ctx, q, args...)
+		return collect(rows, err, func(r Rows) (K, error) {
+			var id K
+			return id, r.Scan(&id)
+		})
 	})
 	if err != nil {
 		return nil, s.mapErr(op, err)
 	}
 	return ids, nil
+}
+
+// resend runs one statement of its own (a finalize, renewal or release)
+// and sends it again, up to claimAttempts times in all, when PostgreSQL
+// rolled it back whole as a deadlock victim or on a serialization failure:
+// none of it was applied, so sending it again is safe, where giving up
+// would leave decided rows to the end of their lease and their work to be
+// done again. A claim that takes rows another claim is re-checking, and a
+// finalize of those rows, can deadlock (LockFreeCandidates).
+func resend[T any](ctx context.Context, conflicts *atomic.Uint64, run func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := run()
+		if err != nil && isConflict(err) && attempt < claimAttempts && ctx.Err() == nil {
+			conflicts.Add(1)
+			continue
+		}
+		return v, err
+	}
 }
 
 func ownedFlags[K comparable](ids, owned []K) []bool {
