@@ -56,6 +56,10 @@ func suiteStore(t testing.TB, pool *pgxpool.Pool) *WorkRows[int64, conformance.W
 	return suiteStoreWith(t, pool, func(*WorkRowsOptions[conformance.WorkRow]) {})
 }
 
+// lockFreeCandidates is the suite store's options changed to claim with
+// LockFreeCandidates.
+func lockFreeCandidates(o *WorkRowsOptions[conformance.WorkRow]) { o.LockFreeCandidates = true }
+
 // suiteStoreWith is suiteStore with its options changed by change.
 func suiteStoreWith(t testing.TB, pool *pgxpool.Pool, change func(*WorkRowsOptions[conformance.WorkRow])) *WorkRows[int64, conformance.WorkRow] {
 	t.Helper()
@@ -138,7 +142,7 @@ func TestWorkRows_Conformance(t *testing.T) {
 // predicate keeps a row to one claim; the deadlocks such claims meet
 // against finalizes are sent again.
 func TestWorkRows_ConformanceWithLockFreeCandidates(t *testing.T) {
-	runWorkRowsConformance(t, func(o *WorkRowsOptions[conformance.WorkRow]) { o.LockFreeCandidates = true })
+	runWorkRowsConformance(t, lockFreeCandidates)
 }
 
 func runWorkRowsConformance(t *testing.T, change func(*WorkRowsOptions[conformance.WorkRow])) {
@@ -255,40 +259,16 @@ func TestWorkRows_ClaimRechecksThePredicateOnARowChangedWhileItWaited(t *testing
 		t.Run(c.name, func(t *testing.T) {
 			env, _ := suiteEnv(t, 3)
 			ctx := testContext(t)
-			st := suiteStoreWith(t, env.Pool, func(o *WorkRowsOptions[conformance.WorkRow]) { o.LockFreeCandidates = true })
+			st := suiteStoreWith(t, env.Pool, lockFreeCandidates)
 
-			// Another session changes row 1 and keeps its transaction open:
-			// the claim's candidate read (its snapshot) still sees row 1 as
-			// due.
-			tx, err := env.Pool.Begin(ctx)
+			spec := suiteSpec(time.Now(), 10)
+			spec.Eligible = workrow.And(workrow.IsNull("completed_at"), workrow.Lt("attempts", 5))
+			ids, err := claimAroundAWriter(t, ctx, env.Pool, st, spec, c.change)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer tx.Rollback(ctx)
-			if _, err := tx.Exec(ctx, c.change); err != nil {
-				t.Fatal(err)
-			}
-			type result struct {
-				ids []int64
-				err error
-			}
-			done := make(chan result, 1)
-			spec := suiteSpec(time.Now(), 10)
-			spec.Eligible = workrow.And(workrow.IsNull("completed_at"), workrow.Lt("attempts", 5))
-			go func() {
-				got, err := st.Claim(ctx, spec)
-				done <- result{claimedIDs(got), err}
-			}()
-			waitForLockWait(t, ctx, env.Pool, "WITH baton_candidate", "the claim")
-			if err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			r := <-done
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			if !slices.Equal(r.ids, []int64{2, 3}) {
-				t.Fatalf("claimed %v; want [2 3]: the update must re-check the predicate on the committed row", r.ids)
+			if !slices.Equal(ids, []int64{2, 3}) {
+				t.Fatalf("claimed %v; want [2 3]: the update must re-check the predicate on the committed row", ids)
 			}
 			if s := st.Stats(); s.Claims != 1 || s.Selected != 3 || s.Stamped != 2 || s.ShortClaims != 1 {
 				t.Fatalf("stats %+v; want one claim that selected 3 and stamped 2", s)
@@ -303,34 +283,13 @@ func TestWorkRows_ClaimRechecksThePredicateOnARowChangedWhileItWaited(t *testing
 func TestWorkRows_AClaimThatLostEveryCandidateTriesAgain(t *testing.T) {
 	env, _ := suiteEnv(t, 2)
 	ctx := testContext(t)
-	st := suiteStoreWith(t, env.Pool, func(o *WorkRowsOptions[conformance.WorkRow]) { o.LockFreeCandidates = true })
-	tx, err := env.Pool.Begin(ctx)
+	st := suiteStoreWith(t, env.Pool, lockFreeCandidates)
+	ids, err := claimAroundAWriter(t, ctx, env.Pool, st, suiteSpec(time.Now(), 1), `UPDATE work_rows SET completed_at = now() WHERE id = 1`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `UPDATE work_rows SET completed_at = now() WHERE id = 1`); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		ids []int64
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		got, err := st.Claim(ctx, suiteSpec(time.Now(), 1))
-		done <- result{claimedIDs(got), err}
-	}()
-	waitForLockWait(t, ctx, env.Pool, "WITH baton_candidate", "the claim")
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if !slices.Equal(r.ids, []int64{2}) {
-		t.Fatalf("claimed %v; want [2]: a claim that stamped none of the rows it selected must try again", r.ids)
+	if !slices.Equal(ids, []int64{2}) {
+		t.Fatalf("claimed %v; want [2]: a claim that stamped none of the rows it selected must try again", ids)
 	}
 	if s := st.Stats(); s.Claims != 2 || s.Stamped != 1 {
 		t.Fatalf("stats %+v; want two statements, one row stamped", s)
@@ -394,6 +353,37 @@ func TestWorkRows_AFinalizeRolledBackByADeadlockIsSentAgain(t *testing.T) {
 			t.Fatalf("row %d: %+v; want completed, unlocked, without the rolled-back write", row.ID, row)
 		}
 	}
+}
+
+// claimAroundAWriter runs change in a transaction of pool and keeps it
+// open, so that a claim with spec, whose snapshot still sees the rows as
+// they were, waits for it on a changed row; it then commits and returns
+// what the claim took.
+func claimAroundAWriter(t *testing.T, ctx context.Context, pool *pgxpool.Pool, st *WorkRows[int64, conformance.WorkRow], spec workrow.ClaimSpec, change string) ([]int64, error) {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, change); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ids []int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := st.Claim(ctx, spec)
+		done <- result{claimedIDs(got), err}
+	}()
+	waitForLockWait(t, ctx, pool, "WITH baton_candidate", "the claim")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	return r.ids, r.err
 }
 
 // waitForLockWait waits until a session of this database running a
