@@ -420,9 +420,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func TestDriver_RetriesTheWholeRunOnErrorPanicOrWrongCount(t *testing.T) {
 	cases := map[string]func(run []outbox.Entry) ([]outbox.Outcome, error){
-		"error":       func([]outbox.Entry) ([]outbox.Outcome, error) { return nil, errors.New("transport down") },
-		"panic":       func([]outbox.Entry) ([]outbox.Outcome, error) { panic("processor bug") },
-		"wrong count": func(run []outbox.Entry) ([]outbox.Outcome, error) { return all(len(run)-1, outbox.Delivered()), nil },
+		"error":             func([]outbox.Entry) ([]outbox.Outcome, error) { return nil, errors.New("transport down") },
+		"panic":             func([]outbox.Entry) ([]outbox.Outcome, error) { panic("processor bug") },
+		"one outcome short": func(run []outbox.Entry) ([]outbox.Outcome, error) { return all(len(run)-1, outbox.Delivered()), nil },
+		"one outcome over":  func(run []outbox.Entry) ([]outbox.Outcome, error) { return all(len(run)+1, outbox.Delivered()), nil },
 	}
 	for name, fail := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -1281,14 +1282,29 @@ func TestRetention_ASweepStopsWhenItsBudgetIsSpentAndTheNextGoesOn(t *testing.T)
 // every xid the new cluster hands out: new entries would sort below it and
 // the walk would never reach them. The driver refuses to walk, says why,
 // and raises the stuck notice at once (waiting cannot mend it).
+// A cursor at exactly the next xid is ahead too: no transaction of this
+// database has that xid yet.
 func TestDriver_RefusesToWalkWhenTheStoredCursorIsAheadOfTheTransactionCounter(t *testing.T) {
+	for name, ahead := range map[string]func(next uint64) uint64{
+		"far ahead":       func(uint64) uint64 { return 5<<32 + 1234 },
+		"at the next xid": func(next uint64) uint64 { return next },
+	} {
+		t.Run(name, func(t *testing.T) { refusesACursorAhead(t, ahead) })
+	}
+}
+
+func refusesACursorAhead(t *testing.T, ahead func(next uint64) uint64) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t)
-		restored := outbox.Cursor{XID: 5<<32 + 1234, ID: outbox.NewID()}
+		r.commit("a")
+		next, err := r.store.NextXID(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		restored := outbox.Cursor{XID: ahead(next), ID: outbox.NewID()}
 		if err := r.store.Settle(context.Background(), outbox.Settlement{To: restored}); err != nil {
 			t.Fatal(err)
 		}
-		r.commit("a")
 		rec := &recorder{lane: "a"}
 		r.run(r.config(rec))
 		synctest.Wait()
