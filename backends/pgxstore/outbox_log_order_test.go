@@ -318,6 +318,9 @@ func TestOutboxLog_KeepsDeliveringWhileATransactionPinsTheWalk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A failure while pinned must not leave the pin open: the admin pool's
+	// Close would wait for its connection for ever.
+	defer pin.Rollback(context.WithoutCancel(ctx))
 	if _, err := pin.Exec(ctx, `CREATE TABLE unrelated (n int); INSERT INTO unrelated VALUES (1)`); err != nil {
 		t.Fatal(err)
 	}

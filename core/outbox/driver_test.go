@@ -538,8 +538,11 @@ func TestDriver_HonoursRetryAfterAsTheNextPassDelay(t *testing.T) {
 		})
 		start := time.Now()
 		r.run(r.config(rec))
-		for rec.calls() < 2 {
+		for rec.calls() < 2 && time.Since(start) < time.Minute {
 			time.Sleep(100 * time.Millisecond)
+		}
+		if rec.calls() < 2 {
+			t.Fatal("the run asked to be retried was not delivered again within a minute")
 		}
 		if got := time.Since(start).Round(time.Second); got != 7*time.Second {
 			t.Fatalf("retried after %v, want the 7s the processor asked for", got)
