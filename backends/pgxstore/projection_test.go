@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -496,7 +495,7 @@ func TestProjectionStore_ReplaceWaitsForTheSubjectsFlipLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Rollback(context.WithoutCancel(ctx))
-	key := pgsql.ProjectionLockKey(pgx.Identifier{ProjectionHeaderTable}.Sanitize(), subject.Type, subject.ID)
+	key := pgsql.ProjectionLockKey(pgsql.Qualified("", ProjectionHeaderTable), subject.Type, subject.ID)
 	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, key); err != nil {
 		t.Fatal(err)
 	}
